@@ -1,0 +1,51 @@
+// Package conformance is the executable statement of the authority store
+// contract. It is a set of exported RunTestX functions over a Factory, in the
+// style of Kubernetes' apiserver/pkg/storage/testing: every provider's tests
+// call RunAll (or the RunTestX functions they support) with a factory for a
+// fresh store, and backend-specific abilities are passed in as callbacks; a
+// test that needs an ability the provider lacks skips with the reason.
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// Harness is one fresh, empty store plus the controls tests need.
+// Nil controls mean the provider cannot offer them; tests needing them skip.
+type Harness struct {
+	// Store is the store under test. It starts empty.
+	Store authority.Store
+
+	// SetLive makes owner live (true) or not live (false) on node at the
+	// given lifecycle generation: the store's isTargetLive answers
+	// accordingly from then on. Required.
+	SetLive func(t testing.TB, node authority.NodeDescriptor, lifecycleGeneration int64, owner authority.OwnerToken, live bool)
+
+	// SetCapacityPolicy installs the placement capacity policy (nil: every
+	// placement fits). Nil when the provider cannot change it.
+	SetCapacityPolicy func(t testing.TB, policy authority.CapacityPolicy)
+
+	// ClaimIdentity marks key as claimed (identityClaimed answers true).
+	// Nil when unsupported.
+	ClaimIdentity func(t testing.TB, key authority.Key)
+
+	// AdvanceClock moves the store's clock forward. Nil when the store runs on
+	// the wall clock.
+	AdvanceClock func(t testing.TB, d time.Duration)
+
+	// Now is the store's clock. Required.
+	Now func() time.Time
+
+	// ExpireScans makes every cursor handed out so far expire (for etcd: a
+	// compaction at the current revision). Nil when unsupported.
+	ExpireScans func(t testing.TB)
+
+	// Relocation is the store's relocation blob store, or nil.
+	Relocation authority.RelocationStore
+}
+
+// Factory returns a fresh harness. It registers its own cleanup with t.
+type Factory func(t *testing.T) *Harness

@@ -1,0 +1,268 @@
+package authority
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// maxCapacityCount bounds each count of a capacity vector.
+const maxCapacityCount = 0x7fff_ffff
+
+// RequireText checks that value is non-empty text without NUL; name is used in
+// the error message.
+func RequireText(value, name string) error {
+	if value == "" || strings.IndexByte(value, 0) >= 0 {
+		return Invalid(name + " must be non-empty text without NUL.")
+	}
+	return nil
+}
+
+// ValidatePayload checks an authority payload's size.
+func ValidatePayload(payload []byte) error {
+	if len(payload) > MaxPayloadBytes {
+		return Invalid("Authority payload exceeds 1 MiB.")
+	}
+	return nil
+}
+
+// ValidateKey checks an authority key given to a read, a compare-exchange or
+// an aggregate participant.
+func ValidateKey(key Key) error { return RequireText(string(key), "authority key") }
+
+// ValidateCapacityVector checks a placement capacity vector: every count in
+// 0..2^31-1, not all zero, a Spot type count non-zero when present.
+func ValidateCapacityVector(c CapacityVector) error {
+	counts := []int64{c.Actors, c.Spots, 0}
+	if c.SpotType != nil {
+		counts[2] = c.SpotType.Count
+	}
+	allZero := true
+	for _, n := range counts {
+		if n < 0 || n > maxCapacityCount {
+			return Invalid("Placement capacity vector is invalid.")
+		}
+		if n != 0 {
+			allZero = false
+		}
+	}
+	if allZero || c.SpotType != nil && (c.SpotType.Count == 0 ||
+		strings.IndexByte(string(c.SpotType.ObjectKind), 0) >= 0 ||
+		strings.IndexByte(c.SpotType.StableType, 0) >= 0) {
+		return Invalid("Placement capacity vector is invalid.")
+	}
+	return nil
+}
+
+// ValidateMutation checks a compare-exchange mutation: owner transitions only
+// through aggregates, lease rebinds keeping the owner and changing the lease
+// generation, payload size.
+func ValidateMutation(m Mutation) error {
+	switch m.Kind {
+	case MutationDelete:
+		return nil
+	case MutationRestore:
+	case MutationRebindOwnerLease:
+		if m.ExpectedOwner.OwnerID != m.TargetOwner.OwnerID ||
+			m.ExpectedOwner.LeaseGeneration == m.TargetOwner.LeaseGeneration ||
+			m.ExpectedOwner.LeaseGeneration <= 0 ||
+			m.TargetOwner.LeaseGeneration <= 0 {
+			return Invalid("Authority lease rebind must retain the owner and change the lease generation.")
+		}
+	case MutationPut:
+		if m.GenerationTransition != TransitionPreserve {
+			return Invalid("Authority owner transitions require an aggregate CAS.")
+		}
+	default:
+		return Invalid("Authority mutation kind is invalid.")
+	}
+	return ValidatePayload(m.Payload)
+}
+
+// ValidateCompareExchange checks every input of CompareExchangeAuthority.
+func ValidateCompareExchange(key Key, m Mutation) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateMutation(m)
+}
+
+// ValidateReserve checks a reserve request and returns the encoded key.
+func ValidateReserve(req ReserveRequest) (Key, error) {
+	key, err := req.Key.Encode()
+	if err != nil {
+		return "", err
+	}
+	if err := RequireText(req.Intent.StableType, "stable type"); err != nil {
+		return "", err
+	}
+	if err := RequireText(req.Intent.RequestContentReference, "creation content reference"); err != nil {
+		return "", err
+	}
+	if err := ValidatePayload(req.CreatingPayload); err != nil {
+		return "", err
+	}
+	if err := ValidateCapacityVector(req.Capacity); err != nil {
+		return "", err
+	}
+	if len(req.Intent.RequestSHA256) != sha256.Size ||
+		req.Intent.RequestEncodedSize < 0 ||
+		req.Intent.RequestEncodedSize > MaxPayloadBytes {
+		return "", Invalid("Object creation content receipt is invalid.")
+	}
+	return key, nil
+}
+
+// ValidateCommit checks a commit request and returns the encoded key.
+func ValidateCommit(req CommitRequest) (Key, error) {
+	if err := ValidatePayload(req.ReadyPayload); err != nil {
+		return "", err
+	}
+	if req.Key.Kind == ObjectActor {
+		return "", Invalid("Actor creation must use completeCreation.")
+	}
+	return req.Key.Encode()
+}
+
+// ValidateAbort checks an abort request and returns the encoded key.
+func ValidateAbort(req AbortRequest) (Key, error) { return req.Key.Encode() }
+
+// ValidateCompleteCreation checks a completeCreation request against the
+// store's clock and returns the encoded key and the terminal record it
+// publishes (expiring at the operation deadline plus five minutes).
+func ValidateCompleteCreation(req CompleteCreationRequest, now time.Time) (Key, *TerminalRecord, error) {
+	if req.Key.Kind != ObjectActor {
+		return "", nil, Invalid("completeCreation is reserved for Actor creation.")
+	}
+	switch req.Completion.Kind {
+	case TerminalCreated:
+		if err := ValidatePayload(req.Completion.ReadyPayload); err != nil {
+			return "", nil, err
+		}
+	case TerminalRejected, TerminalFailed:
+	default:
+		return "", nil, Invalid("Creation completion kind is invalid.")
+	}
+	key, err := req.Key.Encode()
+	if err != nil {
+		return "", nil, err
+	}
+	pub := req.Completion.Terminal
+	if pub == nil {
+		return "", nil, Invalid("Creation completion requires a terminal publication.")
+	}
+	if err := ValidateCreationOperation(pub.Operation); err != nil {
+		return "", nil, err
+	}
+	if len(pub.TerminalEnvelope) > MaxPayloadBytes || len(pub.TerminalEnvelopeSHA256) != sha256.Size {
+		return "", nil, Invalid("Creation terminal envelope must not exceed 1 MiB and requires a SHA-256 digest.")
+	}
+	actual := sha256.Sum256(pub.TerminalEnvelope)
+	if subtle.ConstantTimeCompare(actual[:], pub.TerminalEnvelopeSHA256) != 1 {
+		return "", nil, Invalid("Creation terminal envelope SHA-256 does not match its bytes.")
+	}
+	if pub.OperationDeadline.IsZero() {
+		return "", nil, Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
+	}
+	expiresAt := pub.OperationDeadline.Add(CreationTerminalRetention)
+	if !expiresAt.After(now) {
+		return "", nil, Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
+	}
+	if err := RequireText(req.ReservationID, "creation reservation ID"); err != nil {
+		return "", nil, err
+	}
+	return key, &TerminalRecord{
+		State:                  req.Completion.Kind,
+		Operation:              pub.Operation,
+		ReservationID:          req.ReservationID,
+		ObjectKind:             req.Key.Kind,
+		TerminalEnvelope:       bytes.Clone(pub.TerminalEnvelope),
+		TerminalEnvelopeSHA256: bytes.Clone(pub.TerminalEnvelopeSHA256),
+		ExpiresAt:              expiresAt,
+		StoreNow:               now,
+	}, nil
+}
+
+// ValidateCreationOperation checks a creation operation identity: source RID
+// of 1..255 UTF-8 bytes without NUL, source generation in 1..MaxGeneration,
+// operation ID non-zero.
+func ValidateCreationOperation(op CreationOperation) error {
+	rid := op.SourceNodeRID
+	if len(rid) < 1 || len(rid) > 255 || strings.IndexByte(rid, 0) >= 0 || !utf8.ValidString(rid) {
+		return Invalid("Creation terminal source node RID must contain 1..255 UTF-8 bytes without NUL.")
+	}
+	if op.SourceNodeGeneration < 1 || op.OperationID == (CreationOperationID{}) {
+		return Invalid("Creation terminal source generation and operation ID are invalid.")
+	}
+	return nil
+}
+
+// ValidateAggregatePrepare checks an aggregate prepare request: ID, generation
+// and participant count, 32-byte inventory digest, capacity vector, and
+// participants unique and sorted by key (byte order), each with a valid key,
+// owner transition and payload.
+func ValidateAggregatePrepare(req AggregatePrepareRequest) error {
+	if err := RequireText(req.AggregateID, "aggregate ID"); err != nil {
+		return err
+	}
+	if req.AggregateGeneration < 1 || len(req.Participants) < 1 {
+		return Invalid("Aggregate generation and participant count are invalid.")
+	}
+	if len(req.InventoryDigest) != sha256.Size {
+		return Invalid("Aggregate inventory digest must contain 32 bytes.")
+	}
+	if err := ValidateCapacityVector(req.Capacity); err != nil {
+		return err
+	}
+	for i, p := range req.Participants {
+		if err := ValidateKey(p.AuthorityKey); err != nil {
+			return err
+		}
+		if i > 0 && req.Participants[i-1].AuthorityKey >= p.AuthorityKey {
+			return Invalid("Aggregate participants must be unique and canonically sorted.")
+		}
+		if p.OwnerTransition != TransitionPreserve && p.OwnerTransition != TransitionNewOwner {
+			return Invalid("Aggregate participant owner transition must be preserve or newOwner.")
+		}
+		if err := ValidatePayload(p.AuthorityPayload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateFence checks an aggregate fence.
+func ValidateFence(f Fence) error {
+	if err := RequireText(f.AggregateID, "aggregate ID"); err != nil {
+		return err
+	}
+	if f.AggregateGeneration < 1 {
+		return Invalid("Aggregate generation and participant count are invalid.")
+	}
+	return nil
+}
+
+// ValidateScanLimit checks a listing page size.
+func ValidateScanLimit(limit int) error {
+	if limit < 1 || limit > MaxScanLimit {
+		return Invalid("Authority scan limit must be in 1..1000.")
+	}
+	return nil
+}
+
+// ValidateOwner checks the owner token given to RemoveAllByOwner.
+func ValidateOwner(owner OwnerToken) error { return RequireText(owner.OwnerID, "owner ID") }
+
+// ValidateBlobPut checks a relocation blob put.
+func ValidateBlobPut(data []byte, retention time.Duration) error {
+	if len(data) > MaxPayloadBytes {
+		return Invalid("Relocation blob exceeds 1 MiB.")
+	}
+	if retention <= 0 {
+		return Invalid("Relocation blob retention must be positive.")
+	}
+	return nil
+}
