@@ -23,16 +23,24 @@ type ScanPosition struct {
 
 const cursorVersion = 1
 
+// cursorWire is the JSON form of a cursor. The strings travel as bytes
+// (base64 in JSON): keys and prefixes may hold invalid UTF-8, which JSON
+// strings would silently replace with U+FFFD.
 type cursorWire struct {
-	V int `json:"v"`
-	ScanPosition
+	V int    `json:"v"`
+	S []byte `json:"s"`
+	P []byte `json:"p"`
+	R int64  `json:"r"`
+	A []byte `json:"a"`
 }
 
 // EncodeScanCursor encodes a scan position as an opaque cursor.
 func EncodeScanCursor(p ScanPosition) ScanCursor {
-	raw, err := json.Marshal(cursorWire{V: cursorVersion, ScanPosition: p})
+	raw, err := json.Marshal(cursorWire{
+		V: cursorVersion, S: []byte(p.Scope), P: []byte(p.Prefix), R: p.Revision, A: []byte(p.After),
+	})
 	if err != nil {
-		panic(err) // strings and an int64 always marshal
+		panic(err) // byte slices and integers always marshal
 	}
 	return ScanCursor(base64.RawURLEncoding.EncodeToString(raw))
 }
@@ -70,7 +78,7 @@ func ParseScanCursor(c ScanCursor) (ScanPosition, error) {
 	if _, err := dec.Token(); err == nil {
 		return ScanPosition{}, invalid
 	}
-	p := w.ScanPosition
+	p := ScanPosition{Scope: string(w.S), Prefix: string(w.P), Revision: w.R, After: Key(w.A)}
 	if w.V != cursorVersion || p.Revision < 0 || p.After == "" ||
 		!strings.HasPrefix(string(p.After), p.Prefix) ||
 		EncodeScanCursor(p) != c {

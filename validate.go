@@ -49,7 +49,7 @@ func ValidateCapacityVector(c CapacityVector) error {
 			allZero = false
 		}
 	}
-	if allZero || c.SpotType != nil && (c.SpotType.Count == 0 ||
+	if allZero || c.SpotType != nil && (c.SpotType.Count == 0 || !c.SpotType.ObjectKind.IsSpot() ||
 		strings.IndexByte(string(c.SpotType.ObjectKind), 0) >= 0 ||
 		strings.IndexByte(c.SpotType.StableType, 0) >= 0) {
 		return Invalid("Placement capacity vector is invalid.")
@@ -90,9 +90,19 @@ func ValidateCompareExchange(key Key, m Mutation) error {
 	return ValidateMutation(m)
 }
 
+// validateObjectKey checks that an object key names one of the framework's
+// object kinds and encodes it.
+func validateObjectKey(k ObjectKey) (Key, error) {
+	switch k.Kind {
+	case ObjectActor, ObjectUserSpot, ObjectInstanceSpot:
+		return k.Encode()
+	}
+	return "", Invalid("Object kind must be actor, user_spot or instance_spot.")
+}
+
 // ValidateReserve checks a reserve request and returns the encoded key.
 func ValidateReserve(req ReserveRequest) (Key, error) {
-	key, err := req.Key.Encode()
+	key, err := validateObjectKey(req.Key)
 	if err != nil {
 		return "", err
 	}
@@ -124,11 +134,11 @@ func ValidateCommit(req CommitRequest) (Key, error) {
 	if req.Key.Kind == ObjectActor {
 		return "", Invalid("Actor creation must use completeCreation.")
 	}
-	return req.Key.Encode()
+	return validateObjectKey(req.Key)
 }
 
 // ValidateAbort checks an abort request and returns the encoded key.
-func ValidateAbort(req AbortRequest) (Key, error) { return req.Key.Encode() }
+func ValidateAbort(req AbortRequest) (Key, error) { return validateObjectKey(req.Key) }
 
 // ValidateCompleteCreation checks a completeCreation request against the
 // store's clock and returns the encoded key and the terminal record it
@@ -146,7 +156,7 @@ func ValidateCompleteCreation(req CompleteCreationRequest, now time.Time) (Key, 
 	default:
 		return "", nil, Invalid("Creation completion kind is invalid.")
 	}
-	key, err := req.Key.Encode()
+	key, err := validateObjectKey(req.Key)
 	if err != nil {
 		return "", nil, err
 	}
