@@ -1,9 +1,69 @@
 package conformance
 
-import "testing"
+import (
+	"testing"
+)
 
-// RunAll runs every conformance test against stores made by f.
+// RunAll runs every conformance test against stores made by f, each area as a
+// subtest named after it, so every provider reports the same subtest names.
 func RunAll(t *testing.T, f Factory) {
 	t.Helper()
-	_ = f
+	areas := []struct {
+		name string
+		run  func(*testing.T, Factory)
+	}{
+		{"ReadAuthority", RunTestReadAuthority},
+		{"Reserve", RunTestReserve},
+		{"Commit", RunTestCommit},
+		{"Abort", RunTestAbort},
+		{"CompleteCreation", RunTestCompleteCreation},
+		{"CreationTerminal", RunTestCreationTerminal},
+		{"CompareExchange", RunTestCompareExchange},
+		{"RemoveAllByOwner", RunTestRemoveAllByOwner},
+		{"Capacity", RunTestCapacity},
+		{"AggregatePrepare", RunTestAggregatePrepare},
+		{"AggregateCommit", RunTestAggregateCommit},
+		{"AggregateAbort", RunTestAggregateAbort},
+		{"List", RunTestList},
+		{"Validation", RunTestValidation},
+		{"Context", RunTestContext},
+		{"Concurrency", RunTestConcurrency},
+		{"WaitForChange", RunTestWaitForChange},
+		{"RelocationStore", RunTestRelocationStore},
+	}
+	for _, a := range areas {
+		t.Run(a.name, func(t *testing.T) { a.run(t, f) })
+	}
+}
+
+// subtest is one named conformance check run on a fresh store.
+type subtest struct {
+	name string
+	run  func(t *testing.T, fx *Fixture)
+}
+
+// runSubtests runs each test as a subtest with a fresh harness from f.
+func runSubtests(t *testing.T, f Factory, tests []subtest) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(t, NewFixture(t, f(t)))
+		})
+	}
+}
+
+// needCapacityPolicy skips t when the provider cannot change its policy.
+func needCapacityPolicy(t *testing.T, fx *Fixture) {
+	t.Helper()
+	if fx.H.SetCapacityPolicy == nil {
+		t.Skip("provider cannot set a capacity policy")
+	}
+}
+
+// needClock skips t when the provider cannot advance its clock.
+func needClock(t *testing.T, fx *Fixture) {
+	t.Helper()
+	if fx.H.AdvanceClock == nil {
+		t.Skip("provider cannot advance its clock")
+	}
 }
