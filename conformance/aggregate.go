@@ -1,0 +1,403 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// move is a prepared-to-be aggregate: an active Actor a1 on TargetA moving
+// to TargetB, next to an active Actor b1 of TargetB kept in place.
+type move struct {
+	a1, b1       *authority.Snapshot
+	a1Key, b1Key authority.Key
+	req          authority.AggregatePrepareRequest
+}
+
+func newMove(fx *Fixture) move {
+	m := move{
+		a1:    fx.Active(authority.ObjectActor, "a1", TargetA),
+		b1:    fx.Active(authority.ObjectActor, "b1", TargetB),
+		a1Key: fx.Key(authority.ObjectActor, "a1"),
+		b1Key: fx.Key(authority.ObjectActor, "b1"),
+	}
+	m.req = AggregateRequest("agg-1", 1, TargetB, authority.CapacityVector{Actors: 1},
+		Participant(m.a1Key, m.a1.StoreVersion, authority.TransitionNewOwner, []byte("a1-moved")),
+		Participant(m.b1Key, m.b1.StoreVersion, authority.TransitionPreserve, []byte("b1-kept")),
+	)
+	return m
+}
+
+func prepareKind(t *testing.T, fx *Fixture, req authority.AggregatePrepareRequest) authority.ResultKind {
+	t.Helper()
+	res, err := fx.Store().PrepareAggregate(fx.Ctx(), req)
+	require.NoError(t, err)
+	return res.Kind
+}
+
+func commitAggregateKind(t *testing.T, fx *Fixture, fence authority.Fence) authority.ResultKind {
+	t.Helper()
+	res, err := fx.Store().CommitAggregate(fx.Ctx(), fence)
+	require.NoError(t, err)
+	return res.Kind
+}
+
+func abortAggregateKind(t *testing.T, fx *Fixture, fence authority.Fence) authority.ResultKind {
+	t.Helper()
+	res, err := fx.Store().AbortAggregate(fx.Ctx(), fence)
+	require.NoError(t, err)
+	return res.Kind
+}
+
+// RunTestAggregatePrepare checks PrepareAggregate: prepared, alreadyPrepared,
+// and its conflict and stale cases, in the seed's order of checks.
+func RunTestAggregatePrepare(t *testing.T, f Factory) {
+	// conflict requires KindConflict (or want) and no change at all.
+	rejected := func(t *testing.T, fx *Fixture, req authority.AggregatePrepareRequest, want authority.ResultKind) {
+		t.Helper()
+		before := fx.State()
+		require.Equal(t, want, prepareKind(t, fx, req))
+		fx.RequireState(before)
+	}
+	runSubtests(t, f, []subtest{
+		{"Prepared", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			before := fx.State()
+			fx.MustPrepare(m.req)
+			after := fx.State()
+			require.Equal(t, before.Rows, after.Rows, "prepare writes no row")
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 1, 0)
+		}},
+		{"PreparedWithDeadSourceOwner", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fx.SetLive(TargetA, false)
+			fx.MustPrepare(m.req)
+		}},
+		{"PreparedSpots", func(t *testing.T, fx *Fixture) {
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			s2 := fx.Active(authority.ObjectUserSpot, "s2", TargetA)
+			capacity := authority.CapacityVector{Spots: 2, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType, Count: 2}}
+			req := AggregateRequest("agg-s", 1, TargetB, capacity,
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil),
+				Participant(fx.Key(authority.ObjectUserSpot, "s2"), s2.StoreVersion, authority.TransitionNewOwner, nil))
+			fx.MustPrepare(req)
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 0, 2)
+			fx.RequireUsage(NodeB, authority.CounterSpots, "", 0, 2)
+		}},
+		{"AlreadyPrepared", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			before := fx.State()
+			res, err := fx.Store().PrepareAggregate(fx.Ctx(), *m.req.Clone())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAlreadyPrepared, res.Kind)
+			require.Equal(t, fence, res.Fence)
+			fx.RequireState(before)
+		}},
+		{"ConflictOtherRequestSameFence", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fx.MustPrepare(m.req)
+			other := m.req.Clone()
+			other.Participants[0].AuthorityPayload = []byte("different")
+			rejected(t, fx, *other, authority.KindConflict)
+		}},
+		{"StaleAfterCommit", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			rejected(t, fx, m.req, authority.KindStale)
+		}},
+		{"ConflictAfterAbort", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			rejected(t, fx, m.req, authority.KindConflict)
+		}},
+		{"NextGenerationIsNewAggregate", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			next := m.req.Clone()
+			next.AggregateGeneration++
+			fx.MustPrepare(*next)
+		}},
+		{"ConflictTargetNotLive", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fx.SetLive(TargetB, false)
+			rejected(t, fx, m.req, authority.KindConflict)
+		}},
+		{"ConflictTargetCapacity", func(t *testing.T, fx *Fixture) {
+			needCapacityPolicy(t, fx)
+			m := newMove(fx)
+			fx.H.SetCapacityPolicy(t, ActorLimit(1))
+			rejected(t, fx, m.req, authority.KindConflict)
+		}},
+		{"ConflictParticipantVersion", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fx.Put(m.a1Key, m.a1.StoreVersion, []byte("changed"))
+			rejected(t, fx, m.req, authority.KindConflict)
+		}},
+		{"ConflictParticipantMissing", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			req := m.req.Clone()
+			req.Participants = append(req.Participants, Participant(fx.Key(authority.ObjectActor, "zz"), m.a1.StoreVersion, authority.TransitionPreserve, nil))
+			rejected(t, fx, *req, authority.KindConflict)
+		}},
+		{"ConflictParticipantReserved", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			req := AggregateRequest("agg-r", 1, TargetB, authority.CapacityVector{Actors: 1},
+				Participant(r.Key, r.Res.Creating.StoreVersion, authority.TransitionNewOwner, nil))
+			rejected(t, fx, req, authority.KindConflict)
+		}},
+		{"ConflictPreservedOwnerNotLive", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			c := Target(NodeA, NodeLifecycle, authority.OwnerToken{OwnerID: "owner-c", LeaseGeneration: 1})
+			fx.SetLive(c, true)
+			c1 := fx.Active(authority.ObjectActor, "c1", c)
+			req := m.req.Clone()
+			req.Participants = append(req.Participants, Participant(fx.Key(authority.ObjectActor, "c1"), c1.StoreVersion, authority.TransitionPreserve, nil))
+			fx.SetLive(c, false)
+			rejected(t, fx, *req, authority.KindConflict)
+		}},
+		{"ConflictCapacityMismatch", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			req := m.req.Clone()
+			req.Capacity = authority.CapacityVector{Actors: 2}
+			rejected(t, fx, *req, authority.KindConflict)
+		}},
+		{"ConflictPreserveOnly", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			req := AggregateRequest("agg-p", 1, TargetB, authority.CapacityVector{Actors: 1},
+				Participant(m.b1Key, m.b1.StoreVersion, authority.TransitionPreserve, nil))
+			rejected(t, fx, req, authority.KindConflict)
+		}},
+	})
+}
+
+// RunTestAggregateCommit checks CommitAggregate: every participant or none,
+// the owner transition of newOwner participants, capacity moved from source
+// to target, alreadyCommitted and the stale cases.
+func RunTestAggregateCommit(t *testing.T, f Factory) {
+	stale := func(t *testing.T, fx *Fixture, fence authority.Fence) {
+		t.Helper()
+		before := fx.State()
+		require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
+		fx.RequireState(before)
+	}
+	runSubtests(t, f, []subtest{
+		{"Committed", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			a1 := fx.MustRow(m.a1Key)
+			require.Equal(t, []byte("a1-moved"), a1.Payload)
+			require.Equal(t, OwnerB, a1.Owner())
+			require.Equal(t, NodeB, a1.Allocation.Descriptor)
+			require.Equal(t, NodeLifecycle, a1.Allocation.DescriptorLifecycleGeneration)
+			require.Equal(t, authority.AllocationActive, a1.Allocation.State)
+			require.True(t, m.a1.Allocation.Capacity.Equal(a1.Allocation.Capacity))
+			require.NotEqual(t, m.a1.StoreVersion, a1.StoreVersion)
+			require.Equal(t, m.a1.ObjectGeneration, a1.ObjectGeneration)
+			require.NotEqual(t, m.a1.AuthorityOwnerGeneration, a1.AuthorityOwnerGeneration, "newOwner changes the owner generation")
+			b1 := fx.MustRow(m.b1Key)
+			require.Equal(t, []byte("b1-kept"), b1.Payload)
+			require.Equal(t, OwnerB, b1.Owner())
+			require.NotEqual(t, m.b1.StoreVersion, b1.StoreVersion)
+			require.Equal(t, m.b1.ObjectGeneration, b1.ObjectGeneration)
+			require.Equal(t, m.b1.AuthorityOwnerGeneration, b1.AuthorityOwnerGeneration, "preserve keeps the owner generation")
+			require.Equal(t, m.b1.Allocation, b1.Allocation)
+		}},
+		{"MovesCapacity", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 0)
+		}},
+		{"MovesSpotCapacity", func(t *testing.T, fx *Fixture) {
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			capacity := Capacity(authority.ObjectUserSpot, DefaultStableType)
+			req := AggregateRequest("agg-s", 1, TargetB, capacity,
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, []byte("moved")))
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(req)))
+			fx.RequireUsage(NodeA, authority.ObjectUserSpot, DefaultStableType, 0, 0)
+			fx.RequireUsage(NodeA, authority.CounterSpots, "", 0, 0)
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 1, 0)
+			fx.RequireUsage(NodeB, authority.CounterSpots, "", 1, 0)
+			s := fx.MustRow(fx.Key(authority.ObjectUserSpot, "s1"))
+			require.Equal(t, authority.ObjectUserSpot, s.Allocation.ObjectKind)
+			require.Equal(t, DefaultStableType, s.Allocation.StableType)
+		}},
+		{"AlreadyCommitted", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			before := fx.State()
+			require.Equal(t, authority.KindAlreadyCommitted, commitAggregateKind(t, fx, fence))
+			fx.RequireState(before)
+		}},
+		{"AlreadyCommittedAfterRowsChanged", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			fx.Put(m.a1Key, fx.MustRow(m.a1Key).StoreVersion, []byte("later"))
+			require.Equal(t, authority.KindAlreadyCommitted, commitAggregateKind(t, fx, fence))
+		}},
+		{"StaleUnknownFence", func(t *testing.T, fx *Fixture) {
+			newMove(fx)
+			stale(t, fx, authority.Fence{AggregateID: "never-prepared", AggregateGeneration: 1})
+		}},
+		{"StaleOtherGeneration", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			fence.AggregateGeneration++
+			stale(t, fx, fence)
+		}},
+		{"StaleAfterAbort", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			stale(t, fx, fence)
+		}},
+		{"StaleParticipantChanged", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			fx.Put(m.a1Key, m.a1.StoreVersion, []byte("changed"))
+			stale(t, fx, fence)
+			// Still prepared: an abort releases the target's capacity.
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+		}},
+		{"AllOrNothing", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			// The last participant in key order changes: the first must not move.
+			fx.Put(m.b1Key, m.b1.StoreVersion, []byte("changed"))
+			stale(t, fx, fence)
+			RequireSameRow(t, m.a1, fx.MustRow(m.a1Key))
+		}},
+		{"StaleParticipantDeleted", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), m.b1Key, m.b1.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, res.Kind)
+			stale(t, fx, fence)
+		}},
+		{"StaleTargetNotLive", func(t *testing.T, fx *Fixture) {
+			a1 := fx.Active(authority.ObjectActor, "a1", TargetA)
+			req := AggregateRequest("agg-t", 1, TargetB, authority.CapacityVector{Actors: 1},
+				Participant(fx.Key(authority.ObjectActor, "a1"), a1.StoreVersion, authority.TransitionNewOwner, nil))
+			fence := fx.MustPrepare(req)
+			fx.SetLive(TargetB, false)
+			stale(t, fx, fence)
+		}},
+		{"StalePreservedOwnerNotLive", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			c := Target(NodeA, NodeLifecycle, authority.OwnerToken{OwnerID: "owner-c", LeaseGeneration: 1})
+			fx.SetLive(c, true)
+			c1 := fx.Active(authority.ObjectActor, "c1", c)
+			req := m.req.Clone()
+			req.Participants = append(req.Participants, Participant(fx.Key(authority.ObjectActor, "c1"), c1.StoreVersion, authority.TransitionPreserve, nil))
+			fence := fx.MustPrepare(*req)
+			fx.SetLive(c, false)
+			stale(t, fx, fence)
+		}},
+		{"CommittedWithDeadSourceOwner", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			fx.SetLive(TargetA, false)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			require.Equal(t, OwnerB, fx.MustRow(m.a1Key).Owner())
+		}},
+		{"MovedRowFencedByNewOwner", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(m.req)))
+			fx.SetLive(TargetA, false)
+			moved := fx.Put(m.a1Key, fx.MustRow(m.a1Key).StoreVersion, []byte("by-b"))
+			fx.SetLive(TargetB, false)
+			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), m.a1Key, moved.StoreVersion, authority.Put([]byte("x")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindConflict, res.Kind)
+		}},
+		{"MoveBackChangesOwnerGenerationAgain", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(m.req)))
+			moved := fx.MustRow(m.a1Key)
+			back := AggregateRequest("agg-back", 1, TargetA, authority.CapacityVector{Actors: 1},
+				Participant(m.a1Key, moved.StoreVersion, authority.TransitionNewOwner, []byte("back")))
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(back)))
+			home := fx.MustRow(m.a1Key)
+			require.Equal(t, OwnerA, home.Owner())
+			require.Equal(t, NodeA, home.Allocation.Descriptor)
+			require.NotEqual(t, moved.AuthorityOwnerGeneration, home.AuthorityOwnerGeneration)
+			require.Equal(t, m.a1.ObjectGeneration, home.ObjectGeneration, "a move is no re-creation")
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 1, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+		}},
+		{"MovedRowBelongsToNewOwner", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(m.req)))
+			n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), OwnerA)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			n, err = fx.Store().RemoveAllByOwner(fx.Ctx(), OwnerB)
+			require.NoError(t, err)
+			require.Equal(t, int64(2), n)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 0, 0)
+		}},
+	})
+}
+
+// RunTestAggregateAbort checks AbortAggregate: aborted (releasing the
+// target's reserved capacity), alreadyAborted and the stale cases.
+func RunTestAggregateAbort(t *testing.T, f Factory) {
+	runSubtests(t, f, []subtest{
+		{"Aborted", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			before := fx.State()
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			fx.RequireState(before)
+		}},
+		{"AlreadyAborted", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			before := fx.State()
+			require.Equal(t, authority.KindAlreadyAborted, abortAggregateKind(t, fx, fence))
+			fx.RequireState(before)
+		}},
+		{"StaleUnknownFence", func(t *testing.T, fx *Fixture) {
+			before := fx.State()
+			require.Equal(t, authority.KindStale, abortAggregateKind(t, fx, authority.Fence{AggregateID: "never", AggregateGeneration: 1}))
+			fx.RequireState(before)
+		}},
+		{"StaleAfterCommit", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			before := fx.State()
+			require.Equal(t, authority.KindStale, abortAggregateKind(t, fx, fence))
+			fx.RequireState(before)
+		}},
+		{"AbortedWithTargetDead", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			fx.SetLive(TargetB, false)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+		}},
+		{"CommitAfterAbortIsStale", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
+			RequireSameRow(t, m.a1, fx.MustRow(m.a1Key))
+		}},
+	})
+}

@@ -1,0 +1,129 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// RunTestCommit checks Commit: committed, alreadyCommitted and every stale
+// case, and that a stale commit changes nothing.
+func RunTestCommit(t *testing.T, f Factory) {
+	stale := func(t *testing.T, fx *Fixture, req authority.CommitRequest) {
+		t.Helper()
+		before := fx.State()
+		res, err := fx.Store().Commit(fx.Ctx(), req)
+		require.NoError(t, err)
+		require.Equal(t, authority.KindStale, res.Kind)
+		require.Nil(t, res.Ready)
+		fx.RequireState(before)
+	}
+	runSubtests(t, f, []subtest{
+		{"Committed", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			c := r.Res.Creating
+			ready := fx.MustCommit(r, []byte("ready"))
+			require.Equal(t, []byte("ready"), ready.Payload)
+			require.Equal(t, authority.AllocationActive, ready.Allocation.State)
+			require.Nil(t, ready.PendingCreation)
+			require.NotEqual(t, c.StoreVersion, ready.StoreVersion)
+			require.Equal(t, c.ObjectGeneration, ready.ObjectGeneration)
+			require.Equal(t, c.AuthorityOwnerGeneration, ready.AuthorityOwnerGeneration, "commit is no owner transition")
+			require.Equal(t, c.Owner(), ready.Owner())
+			require.Equal(t, c.Allocation.Descriptor, ready.Allocation.Descriptor)
+			require.True(t, c.Allocation.Capacity.Equal(ready.Allocation.Capacity))
+			RequireSameRow(t, ready, fx.MustRow(r.Key))
+			fx.RequireUsage(NodeA, authority.ObjectUserSpot, DefaultStableType, 1, 0)
+		}},
+		{"AlreadyCommitted", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready := fx.MustCommit(r, []byte("ready"))
+			before := fx.State()
+			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
+			RequireSameRow(t, ready, res.Ready)
+			fx.RequireState(before)
+		}},
+		{"AlreadyCommittedReportsCurrentRow", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready := fx.MustCommit(r, []byte("ready"))
+			put := fx.Put(r.Key, ready.StoreVersion, []byte("later"))
+			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
+			RequireSameRow(t, put, res.Ready)
+		}},
+		{"AlreadyCommittedWithDeadOwner", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			fx.MustCommit(r, []byte("ready"))
+			fx.SetLive(TargetA, false)
+			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
+		}},
+		{"StaleAfterCommittedRowDeleted", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready := fx.MustCommit(r, []byte("ready"))
+			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r.Key, ready.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, del.Kind)
+			stale(t, fx, r.CommitRequest([]byte("ready")))
+		}},
+		{"StaleMissingRow", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			req := r.CommitRequest([]byte("ready"))
+			req.Key.GlobalID = "other"
+			stale(t, fx, req)
+		}},
+		{"StaleWrongReservationID", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			req := r.CommitRequest([]byte("ready"))
+			req.ReservationID = "not-" + req.ReservationID
+			stale(t, fx, req)
+		}},
+		{"StaleWrongVersion", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			other := fx.Reserve(authority.ObjectUserSpot, "s2", TargetA)
+			req := r.CommitRequest([]byte("ready"))
+			req.ExpectedStoreVersion = other.Res.Creating.StoreVersion
+			stale(t, fx, req)
+		}},
+		{"StaleWrongTargetOwner", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			req := r.CommitRequest([]byte("ready"))
+			req.Target = TargetB
+			stale(t, fx, req)
+		}},
+		{"StaleWrongTargetLifecycle", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			req := r.CommitRequest([]byte("ready"))
+			req.Target.NodeLifecycleGeneration++
+			fx.SetLive(req.Target, true)
+			stale(t, fx, req)
+		}},
+		{"StaleTargetNotLive", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			fx.SetLive(TargetA, false)
+			stale(t, fx, r.CommitRequest([]byte("ready")))
+			fx.SetLive(TargetA, true)
+			fx.MustCommit(r, []byte("ready"))
+		}},
+		{"StaleAfterAbort", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			res, err := fx.Store().Abort(fx.Ctx(), r.AbortRequest())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAborted, res.Kind)
+			stale(t, fx, r.CommitRequest([]byte("ready")))
+		}},
+		{"StaleAfterRemoveAllByOwner", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), OwnerA)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n)
+			stale(t, fx, r.CommitRequest([]byte("ready")))
+		}},
+	})
+}

@@ -1,0 +1,93 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// RunTestRemoveAllByOwner checks RemoveAllByOwner on active and reserved
+// rows, its count, its effect on capacity, and that it touches nothing else.
+func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
+	remove := func(t *testing.T, fx *Fixture, owner authority.OwnerToken) int64 {
+		t.Helper()
+		n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), owner)
+		require.NoError(t, err)
+		return n
+	}
+	runSubtests(t, f, []subtest{
+		{"RemovesActiveRows", func(t *testing.T, fx *Fixture) {
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			fx.Active(authority.ObjectActor, "a2", TargetA)
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 2, 0)
+			require.Equal(t, int64(2), remove(t, fx, OwnerA))
+			fx.RequireMissing(fx.Key(authority.ObjectActor, "a1"))
+			fx.RequireMissing(fx.Key(authority.ObjectActor, "a2"))
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
+		}},
+		{"RemovesReservedRows", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			fx.RequireUsage(NodeA, authority.ObjectUserSpot, DefaultStableType, 0, 1)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			fx.RequireMissing(r.Key)
+			fx.RequireUsage(NodeA, authority.ObjectUserSpot, DefaultStableType, 0, 0)
+			fx.RequireUsage(NodeA, authority.CounterSpots, "", 0, 0)
+		}},
+		{"RemovesMixedRows", func(t *testing.T, fx *Fixture) {
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			fx.Reserve(authority.ObjectActor, "a2", TargetA)
+			fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			fx.Reserve(authority.ObjectInstanceSpot, "i1", TargetA)
+			require.Equal(t, int64(4), remove(t, fx, OwnerA))
+			require.Empty(t, fx.State().Rows)
+			for _, u := range fx.State().Usage {
+				require.Equal(t, authority.CapacityUsage{}, u)
+			}
+		}},
+		{"LeavesOtherOwners", func(t *testing.T, fx *Fixture) {
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			fx.Active(authority.ObjectActor, "b1", TargetB)
+			rb := fx.Reserve(authority.ObjectActor, "b2", TargetB)
+			b1 := fx.MustRow(fx.Key(authority.ObjectActor, "b1"))
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			RequireSameRow(t, b1, fx.MustRow(b1Key(fx)))
+			RequireSameRow(t, rb.Res.Creating, fx.MustRow(rb.Key))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
+		}},
+		{"LeavesOtherLeaseGenerations", func(t *testing.T, fx *Fixture) {
+			lease2 := authority.OwnerToken{OwnerID: OwnerA.OwnerID, LeaseGeneration: 2}
+			t2 := Target(NodeA, NodeLifecycle, lease2)
+			fx.SetLive(t2, true)
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			s2 := fx.Active(authority.ObjectActor, "a2", t2)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			RequireSameRow(t, s2, fx.MustRow(fx.Key(authority.ObjectActor, "a2")))
+		}},
+		{"NothingToRemove", func(t *testing.T, fx *Fixture) {
+			fx.Active(authority.ObjectActor, "b1", TargetB)
+			before := fx.State()
+			require.Zero(t, remove(t, fx, OwnerA))
+			fx.RequireState(before)
+		}},
+		{"SecondCallRemovesNothing", func(t *testing.T, fx *Fixture) {
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			require.Zero(t, remove(t, fx, OwnerA))
+		}},
+		{"WorksWithDeadOwner", func(t *testing.T, fx *Fixture) {
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			fx.SetLive(TargetA, false)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+		}},
+		{"KeyCanBeReservedAgain", func(t *testing.T, fx *Fixture) {
+			s := fx.Active(authority.ObjectActor, "a1", TargetA)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			r := fx.Reserve(authority.ObjectActor, "a1", TargetB)
+			require.Greater(t, r.Res.Creating.ObjectGeneration, s.ObjectGeneration)
+		}},
+	})
+}
+
+func b1Key(fx *Fixture) authority.Key { return fx.Key(authority.ObjectActor, "b1") }

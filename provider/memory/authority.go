@@ -1,0 +1,114 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// ReadAuthority returns the row at key (the seed's readAuthority).
+func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
+	if err := authority.ValidateKey(key); err != nil {
+		return authority.ReadResult{}, err
+	}
+	now, err := s.begin(ctx)
+	if err != nil {
+		return authority.ReadResult{}, err
+	}
+	r := s.rows[key]
+	s.mu.Unlock()
+	// Row values are immutable: copy outside the lock.
+	if r == nil {
+		return authority.Missing(now), nil
+	}
+	return authority.Found(r.snapshot(now)), nil
+}
+
+// CompareExchangeAuthority applies m to the active row at key when its
+// version is expected (the seed's compareExchangeAuthority).
+func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
+	if err := authority.ValidateCompareExchange(key, m); err != nil {
+		return authority.CompareExchangeResult{}, err
+	}
+	now, err := s.beginWrite(ctx)
+	if err != nil {
+		return authority.CompareExchangeResult{}, err
+	}
+	defer s.mu.Unlock()
+	conflict := func() (authority.CompareExchangeResult, error) {
+		return authority.CompareExchangeResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
+	}
+	exhausted := authority.CompareExchangeResult{Kind: authority.KindGenerationExhausted}
+	r := s.rows[key]
+	if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != expected {
+		return conflict()
+	}
+	switch m.Kind {
+	case authority.MutationDelete:
+		if !s.isOwnerLive(&r.snap) {
+			return conflict()
+		}
+		v, ok := s.nextStoreVersion()
+		if !ok {
+			return exhausted, nil
+		}
+		s.adjust(s.active, r.entries, -1)
+		s.deleteRow(r)
+		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: v, StoreNow: now}, nil
+	case authority.MutationRebindOwnerLease:
+		owner := r.snap.Owner()
+		if m.ExpectedOwner != owner ||
+			m.TargetOwner.OwnerID != owner.OwnerID ||
+			m.TargetOwner.LeaseGeneration == owner.LeaseGeneration ||
+			!s.liveness.IsTargetLive(r.snap.Allocation.Descriptor, r.snap.Allocation.DescriptorLifecycleGeneration, m.TargetOwner) {
+			return conflict()
+		}
+	case authority.MutationRestore:
+		if m.ExpectedOwner != r.snap.Owner() {
+			return conflict()
+		}
+	default: // put: ValidateMutation admits no other kind
+		if !s.isOwnerLive(&r.snap) {
+			return conflict()
+		}
+	}
+	v, ok := s.nextStoreVersion()
+	if !ok {
+		return exhausted, nil
+	}
+	next := r.successor()
+	next.snap.StoreVersion = v
+	next.snap.Payload = bytes.Clone(m.Payload)
+	if m.Kind == authority.MutationRebindOwnerLease {
+		next.snap.OwnerLeaseGeneration = m.TargetOwner.LeaseGeneration
+	}
+	s.putRow(next)
+	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.snapshot(now), StoreNow: now}, nil
+}
+
+// RemoveAllByOwner deletes every row held by owner, active or reserved, and
+// releases its capacity (the seed's removeAllByOwner). It visits every row.
+func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
+	if err := authority.ValidateOwner(owner); err != nil {
+		return 0, err
+	}
+	if _, err := s.beginWrite(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	var removed int64
+	for _, r := range s.rows {
+		if r.snap.OwnerID != owner.OwnerID || r.snap.OwnerLeaseGeneration != owner.LeaseGeneration {
+			continue
+		}
+		if r.snap.Allocation.State == authority.AllocationActive {
+			s.adjust(s.active, r.entries, -1)
+		} else {
+			s.adjust(s.pending, r.entries, -1)
+		}
+		s.deleteRow(r)
+		removed++
+	}
+	return removed, nil
+}

@@ -1,0 +1,287 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// reservationState is the seed's creationTerminals value: how a reservation
+// ended.
+type reservationState uint8
+
+const (
+	reservationCommitted reservationState = iota + 1
+	reservationRejected
+	reservationFailed
+	reservationAborted
+)
+
+// reservationTerminal is a retained reservation outcome.
+type reservationTerminal struct {
+	state    reservationState
+	deadline time.Time
+}
+
+// Reserve creates a reserved row for a new object (the seed's reserve).
+func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
+	key, err := authority.ValidateReserve(req)
+	if err != nil {
+		return authority.ReserveResult{}, err
+	}
+	now, err := s.beginWrite(ctx)
+	if err != nil {
+		return authority.ReserveResult{}, err
+	}
+	defer s.mu.Unlock()
+	if s.claims != nil && s.claims.IdentityClaimed(key) {
+		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(now)}, nil
+	}
+	if current := s.rows[key]; current != nil {
+		alloc := &current.snap.Allocation
+		switch {
+		case alloc.ObjectKind != req.Key.Kind || alloc.StableType != req.Intent.StableType:
+			return authority.ReserveResult{Kind: authority.KindTypeMismatch, Current: authority.Found(current.snapshot(now))}, nil
+		case alloc.State == authority.AllocationActive:
+			return authority.ReserveResult{Kind: authority.KindAlreadyExists, Current: authority.Found(current.snapshot(now))}, nil
+		default:
+			return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
+		}
+	}
+	target := req.Target
+	if !s.isCreationTargetLive(target) {
+		return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
+	}
+	alloc := authority.PlacementAllocation{
+		State:                         authority.AllocationReserved,
+		ObjectKind:                    req.Key.Kind,
+		StableType:                    req.Intent.StableType,
+		Descriptor:                    target.Descriptor(),
+		DescriptorLifecycleGeneration: target.NodeLifecycleGeneration,
+		Capacity:                      req.Capacity,
+	}
+	if !s.hasPendingCapacity(&alloc) {
+		return authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}, nil
+	}
+	if s.storeVersion >= authority.MaxGeneration ||
+		s.objectGeneration >= authority.MaxGeneration ||
+		s.ownerGeneration >= authority.MaxGeneration {
+		return authority.ReserveResult{Kind: authority.KindGenerationExhausted}, nil
+	}
+	reservationID := s.newReservationID()
+	s.storeVersion++
+	s.objectGeneration++
+	s.ownerGeneration++
+	r := &row{
+		key: key,
+		snap: authority.Snapshot{
+			StoreVersion:             version(s.storeVersion),
+			ObjectGeneration:         s.objectGeneration,
+			AuthorityOwnerGeneration: s.ownerGeneration,
+			OwnerID:                  target.Owner.OwnerID,
+			OwnerLeaseGeneration:     target.Owner.LeaseGeneration,
+		},
+		creation: creation{reservationID: reservationID, target: target},
+		pending: authority.PendingCreation{
+			ReservationID:           reservationID,
+			RequestContentReference: req.Intent.RequestContentReference,
+			RequestEncodedSize:      req.Intent.RequestEncodedSize,
+		},
+	}
+	// One allocation holds the payload and the request digest.
+	buf := make([]byte, len(req.CreatingPayload)+len(req.Intent.RequestSHA256))
+	n := copy(buf, req.CreatingPayload)
+	if req.CreatingPayload != nil {
+		r.snap.Payload = buf[:n:n]
+	}
+	copy(buf[n:], req.Intent.RequestSHA256)
+	r.pending.RequestSHA256 = buf[n:]
+	r.snap.PendingCreation = &r.pending
+	r.setAllocation(alloc)
+	s.putRow(r)
+	s.adjust(s.pending, r.entries, 1)
+	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshot(now)}, nil
+}
+
+// reservedRow is the check commit, completeCreation and abort share: the
+// reserved row at key made by this reservation, at this version, for this
+// target; nil when any of that does not hold.
+func (s *Store) reservedRow(key authority.Key, reservationID string, expected authority.StoreVersion, target authority.CreationTarget) *row {
+	r := s.rows[key]
+	if r == nil ||
+		r.snap.Allocation.State != authority.AllocationReserved ||
+		r.creation.reservationID != reservationID ||
+		r.snap.StoreVersion != expected ||
+		r.creation.target != target {
+		return nil
+	}
+	return r
+}
+
+// activate returns the active row a reserved row becomes, and moves its
+// capacity from reserved to active.
+func (s *Store) activate(r *row, v authority.StoreVersion, payload []byte) *row {
+	s.adjust(s.pending, r.entries, -1)
+	next := r.successor()
+	next.snap.StoreVersion = v
+	next.snap.Payload = bytes.Clone(payload)
+	next.snap.Allocation.State = authority.AllocationActive
+	next.snap.PendingCreation = nil
+	next.pending = authority.PendingCreation{}
+	s.adjust(s.active, next.entries, 1)
+	return next
+}
+
+// Commit turns a reserved Spot into an active one (the seed's commit).
+func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
+	key, err := authority.ValidateCommit(req)
+	if err != nil {
+		return authority.CommitResult{}, err
+	}
+	now, err := s.beginWrite(ctx)
+	if err != nil {
+		return authority.CommitResult{}, err
+	}
+	defer s.mu.Unlock()
+	terminal, retained := s.reservationTerminals[req.ReservationID]
+	current := s.rows[key]
+	if retained && terminal.state == reservationCommitted &&
+		current != nil && current.snap.Allocation.State == authority.AllocationActive {
+		return authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: current.snapshot(now)}, nil
+	}
+	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
+	if r == nil || !s.isCreationTargetLive(r.creation.target) {
+		return authority.CommitResult{Kind: authority.KindStale}, nil
+	}
+	v, ok := s.nextStoreVersion()
+	if !ok {
+		return authority.CommitResult{Kind: authority.KindGenerationExhausted}, nil
+	}
+	ready := s.activate(r, v, req.ReadyPayload)
+	s.putRow(ready)
+	s.setReservationTerminal(req.ReservationID, reservationCommitted, now)
+	return authority.CommitResult{Kind: authority.KindCommitted, Ready: ready.snapshot(now)}, nil
+}
+
+// CompleteCreation finishes a reserved Actor (the seed's completeCreation).
+func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
+	if err := ctx.Err(); err != nil {
+		return authority.CompleteCreationResult{}, err
+	}
+	// Validation hashes the envelope (up to 1 MiB): do it before locking,
+	// against the clock read now.
+	now := s.clock.Now()
+	key, record, err := authority.ValidateCompleteCreation(req, now)
+	if err != nil {
+		return authority.CompleteCreationResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(now)
+	opKey := record.Operation.Key()
+	if existing := s.operationTerminals[opKey]; existing != nil && existing.ExpiresAt.After(now) {
+		return authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: existing.Clone()}, nil
+	}
+	if t, ok := s.reservationTerminals[req.ReservationID]; ok && t.state != reservationAborted {
+		// The seed returns the retained terminal even once expired; this
+		// store treats an expired terminal as gone (it may be swept).
+		retained := s.operationTerminals[opKey]
+		if retained == nil || !retained.ExpiresAt.After(now) {
+			return authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+		}
+		return authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: retained.Clone()}, nil
+	}
+	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
+	if r == nil || !s.isCreationTargetLive(r.creation.target) {
+		return authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+	}
+	if !s.creationTerminalAvailable(opKey, now) {
+		return authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+	}
+	v, ok := s.nextStoreVersion()
+	if !ok {
+		return authority.CompleteCreationResult{Kind: authority.KindGenerationExhausted}, nil
+	}
+	var result authority.CompleteCreationResult
+	if req.Completion.Kind == authority.TerminalCreated {
+		ready := s.activate(r, v, req.Completion.ReadyPayload)
+		s.putRow(ready)
+		s.setReservationTerminal(req.ReservationID, reservationCommitted, now)
+		result = authority.CompleteCreationResult{Kind: authority.KindCreated, Ready: ready.snapshot(now)}
+	} else {
+		s.adjust(s.pending, r.entries, -1)
+		s.deleteRow(r)
+		state := reservationRejected
+		if req.Completion.Kind == authority.TerminalFailed {
+			state = reservationFailed
+		}
+		s.setReservationTerminal(req.ReservationID, state, now)
+		result = authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind)}
+	}
+	s.setOperationTerminal(opKey, record)
+	result.Terminal = record.Clone()
+	return result, nil
+}
+
+// creationTerminalAvailable is the seed's: no unexpired terminal of the
+// operation exists (an expired one is dropped).
+func (s *Store) creationTerminalAvailable(opKey string, now time.Time) bool {
+	existing := s.operationTerminals[opKey]
+	if existing == nil {
+		return true
+	}
+	if !existing.ExpiresAt.After(now) {
+		delete(s.operationTerminals, opKey)
+		return true
+	}
+	return false
+}
+
+// ReadCreationTerminal returns the unexpired terminal of an operation (the
+// seed's readCreationTerminal).
+func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
+	if err := authority.ValidateCreationOperation(op); err != nil {
+		return authority.TerminalReadResult{}, err
+	}
+	key := op.Key()
+	now, err := s.begin(ctx)
+	if err != nil {
+		return authority.TerminalReadResult{}, err
+	}
+	defer s.mu.Unlock()
+	rec := s.operationTerminals[key]
+	if rec == nil {
+		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
+	}
+	if !rec.ExpiresAt.After(now) {
+		delete(s.operationTerminals, key)
+		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
+	}
+	return authority.TerminalReadResult{Kind: authority.KindFound, Record: rec.Clone(), StoreNow: now}, nil
+}
+
+// Abort deletes a reserved row and releases its capacity (the seed's abort).
+func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
+	key, err := authority.ValidateAbort(req)
+	if err != nil {
+		return authority.AbortResult{}, err
+	}
+	now, err := s.beginWrite(ctx)
+	if err != nil {
+		return authority.AbortResult{}, err
+	}
+	defer s.mu.Unlock()
+	if t, ok := s.reservationTerminals[req.ReservationID]; ok && t.state == reservationAborted {
+		return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
+	}
+	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
+	if r == nil {
+		return authority.AbortResult{Kind: authority.KindStale}, nil
+	}
+	s.adjust(s.pending, r.entries, -1)
+	s.deleteRow(r)
+	s.setReservationTerminal(req.ReservationID, reservationAborted, now)
+	return authority.AbortResult{Kind: authority.KindAborted}, nil
+}

@@ -1,0 +1,247 @@
+package memory
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/tidwall/btree"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// Default settings of Options.
+const (
+	// DefaultRetention is how long swept records (reservation terminals,
+	// committed or aborted aggregates) are kept when Options.Retention is 0.
+	DefaultRetention = 10 * time.Minute
+	// DefaultScanRetention is how long a listing stays continuable when
+	// Options.ScanRetention is 0.
+	DefaultScanRetention = 5 * time.Minute
+	// DefaultMaxPinnedScans is how many listing revisions stay pinned when
+	// Options.MaxPinnedScans is 0.
+	DefaultMaxPinnedScans = 64
+)
+
+// Options configures a Store.
+type Options struct {
+	// Liveness is the seed's isTargetLive hook. Required.
+	Liveness authority.LivenessOracle
+	// Capacity is the seed's placementCapacityAvailable hook; nil means
+	// every placement fits. SetCapacityPolicy replaces it later.
+	Capacity authority.CapacityPolicy
+	// Identity is the seed's identityClaimed hook; nil means no key is
+	// claimed. SetIdentityClaims replaces it later.
+	Identity authority.IdentityClaims
+	// Clock is the store's clock; nil means authority.SystemClock.
+	Clock authority.Clock
+	// Retention is how long a reservation terminal (the record that makes a
+	// re-commit report alreadyCommitted and a re-abort alreadyAborted) and a
+	// committed or aborted aggregate record are kept; 0 means
+	// DefaultRetention. Creation terminals are kept until their ExpiresAt.
+	Retention time.Duration
+	// ScanRetention is how long a listing can be continued after its first
+	// page; 0 means DefaultScanRetention.
+	ScanRetention time.Duration
+	// MaxPinnedScans bounds how many listing revisions are pinned at once;
+	// starting a listing beyond it drops the oldest. 0 means
+	// DefaultMaxPinnedScans.
+	MaxPinnedScans int
+}
+
+// Store is the in-memory authority store. It implements authority.Store and
+// authority.ChangeWaiter. The zero value is not usable; call New.
+type Store struct {
+	liveness      authority.LivenessOracle
+	clock         authority.Clock
+	retention     time.Duration
+	scanRetention time.Duration
+	maxPins       int
+	// scope binds this store's scan cursors to it.
+	scope string
+
+	mu     sync.Mutex
+	policy authority.CapacityPolicy
+	claims authority.IdentityClaims
+
+	rows  map[authority.Key]*row
+	index *btree.BTreeG[*row]
+	// revision counts row writes; a listing pins the index at a revision.
+	revision int64
+	pins     []pin
+
+	storeVersion     int64
+	objectGeneration int64
+	ownerGeneration  int64
+
+	reservationTerminals map[string]reservationTerminal
+	operationTerminals   map[string]*authority.TerminalRecord
+	aggregates           map[authority.Fence]*aggregateRecord
+	active               map[authority.CapacityCounter]int64
+	pending              map[authority.CapacityCounter]int64
+
+	reservationSweep fifo[sweepEntry[string]]
+	aggregateSweep   fifo[sweepEntry[authority.Fence]]
+	terminalSweep    terminalHeap
+
+	watches map[authority.Key]*watch
+	ids     *rand.ChaCha8
+}
+
+var (
+	_ authority.Store        = (*Store)(nil)
+	_ authority.ChangeWaiter = (*Store)(nil)
+)
+
+// New returns an empty store. It panics if opts.Liveness is nil.
+func New(opts Options) *Store {
+	if opts.Liveness == nil {
+		panic("memory: Options.Liveness is required")
+	}
+	s := &Store{
+		liveness:             opts.Liveness,
+		clock:                opts.Clock,
+		retention:            opts.Retention,
+		scanRetention:        opts.ScanRetention,
+		maxPins:              opts.MaxPinnedScans,
+		policy:               opts.Capacity,
+		claims:               opts.Identity,
+		rows:                 make(map[authority.Key]*row),
+		index:                btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
+		reservationTerminals: make(map[string]reservationTerminal),
+		operationTerminals:   make(map[string]*authority.TerminalRecord),
+		aggregates:           make(map[authority.Fence]*aggregateRecord),
+		active:               make(map[authority.CapacityCounter]int64),
+		pending:              make(map[authority.CapacityCounter]int64),
+		watches:              make(map[authority.Key]*watch),
+	}
+	if s.clock == nil {
+		s.clock = authority.SystemClock{}
+	}
+	if s.retention <= 0 {
+		s.retention = DefaultRetention
+	}
+	if s.scanRetention <= 0 {
+		s.scanRetention = DefaultScanRetention
+	}
+	if s.maxPins <= 0 {
+		s.maxPins = DefaultMaxPinnedScans
+	}
+	var seed [40]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic("memory: no randomness: " + err.Error())
+	}
+	s.ids = rand.NewChaCha8([32]byte(seed[:32]))
+	s.scope = "memory/" + hex.EncodeToString(seed[32:])
+	return s
+}
+
+// SetCapacityPolicy replaces the placement capacity policy (nil: every
+// placement fits). It is safe to call concurrently with every operation.
+func (s *Store) SetCapacityPolicy(policy authority.CapacityPolicy) {
+	s.mu.Lock()
+	s.policy = policy
+	s.mu.Unlock()
+}
+
+// SetIdentityClaims replaces the identity claims (nil: nothing is claimed).
+// It is safe to call concurrently with every operation.
+func (s *Store) SetIdentityClaims(claims authority.IdentityClaims) {
+	s.mu.Lock()
+	s.claims = claims
+	s.mu.Unlock()
+}
+
+// begin checks ctx, then takes the lock and returns the store's clock.
+// Callers validate their input before calling it and unlock when done.
+func (s *Store) begin(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	s.mu.Lock()
+	return s.clock.Now(), nil
+}
+
+// beginWrite is begin followed by the amortized sweep of expired records.
+func (s *Store) beginWrite(ctx context.Context) (time.Time, error) {
+	now, err := s.begin(ctx)
+	if err == nil {
+		s.sweep(now)
+	}
+	return now, err
+}
+
+// version formats a store version counter.
+func version(n int64) authority.StoreVersion {
+	return authority.StoreVersion(strconv.FormatInt(n, 10))
+}
+
+// nextStoreVersion is the seed's tryNextStoreVersion.
+func (s *Store) nextStoreVersion() (authority.StoreVersion, bool) {
+	if s.storeVersion >= authority.MaxGeneration {
+		return "", false
+	}
+	s.storeVersion++
+	return version(s.storeVersion), true
+}
+
+// putRow stores r (a new value) under its key.
+func (s *Store) putRow(r *row) {
+	s.rows[r.key] = r
+	s.index.Set(r)
+	s.changed(r.key)
+}
+
+// deleteRow removes the row at r.key.
+func (s *Store) deleteRow(r *row) {
+	delete(s.rows, r.key)
+	s.index.Delete(r)
+	s.changed(r.key)
+}
+
+// changed records a write of key: listings pinned before it keep their copy,
+// waiters on key wake up.
+func (s *Store) changed(key authority.Key) {
+	s.revision++
+	if len(s.watches) != 0 {
+		s.notify(key)
+	}
+}
+
+// read is the seed's private read: the row at key, or missing.
+func (s *Store) read(key authority.Key, now time.Time) authority.ReadResult {
+	r := s.rows[key]
+	if r == nil {
+		return authority.Missing(now)
+	}
+	return authority.Found(r.snapshot(now))
+}
+
+// isOwnerLive is the seed's isOwnerLive: is the row's owner live where the
+// row is placed?
+func (s *Store) isOwnerLive(snap *authority.Snapshot) bool {
+	return s.liveness.IsTargetLive(snap.Allocation.Descriptor, snap.Allocation.DescriptorLifecycleGeneration, snap.Owner())
+}
+
+// isCreationTargetLive reports whether a reservation's target is live.
+func (s *Store) isCreationTargetLive(t authority.CreationTarget) bool {
+	return s.liveness.IsTargetLive(t.Descriptor(), t.NodeLifecycleGeneration, t.Owner)
+}
+
+// newReservationID returns a random version 4 UUID, like the seed's
+// randomUUID, drawn from the store's ChaCha8 generator (seeded from
+// crypto/rand) so that the hot path does not read the system's randomness.
+func (s *Store) newReservationID() string {
+	var id uuid.UUID
+	binary.LittleEndian.PutUint64(id[:8], s.ids.Uint64())
+	binary.LittleEndian.PutUint64(id[8:], s.ids.Uint64())
+	id[6] = id[6]&0x0f | 0x40 // version 4
+	id[8] = id[8]&0x3f | 0x80 // RFC 4122 variant
+	return id.String()
+}

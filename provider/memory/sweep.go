@@ -1,0 +1,115 @@
+package memory
+
+import (
+	"container/heap"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// The seed keeps every reservation terminal, creation terminal and aggregate
+// record forever. This store sweeps them: reservation terminals and
+// committed or aborted aggregates Retention after they were written (in write
+// order, so a FIFO queue holds them in deadline order), creation terminals at
+// their ExpiresAt (a min-heap, since deadlines are the callers'). Prepared
+// aggregates are never swept. Every write sweeps what is due, so the cost is
+// amortized O(1) per write.
+
+// sweepEntry is a record due for removal at deadline.
+type sweepEntry[K comparable] struct {
+	key      K
+	deadline time.Time
+}
+
+// fifo is a queue over a slice that reuses its space.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
+
+func (q *fifo[T]) push(v T) { q.items = append(q.items, v) }
+
+func (q *fifo[T]) len() int { return len(q.items) - q.head }
+
+func (q *fifo[T]) front() *T { return &q.items[q.head] }
+
+func (q *fifo[T]) pop() {
+	var zero T
+	q.items[q.head] = zero
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head >= 1024 && q.head*2 >= len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+}
+
+// terminalHeap orders creation terminals by expiry.
+type terminalHeap []*authority.TerminalRecord
+
+func (h terminalHeap) Len() int           { return len(h) }
+func (h terminalHeap) Less(i, j int) bool { return h[i].ExpiresAt.Before(h[j].ExpiresAt) }
+func (h terminalHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *terminalHeap) Push(x any)        { *h = append(*h, x.(*authority.TerminalRecord)) }
+func (h *terminalHeap) Pop() any {
+	old := *h
+	n := len(old) - 1
+	x := old[n]
+	old[n] = nil
+	*h = old[:n]
+	return x
+}
+
+// sweep removes every record due at now. The caller holds s.mu.
+func (s *Store) sweep(now time.Time) {
+	for s.reservationSweep.len() > 0 {
+		e := s.reservationSweep.front()
+		if e.deadline.After(now) {
+			break
+		}
+		if t, ok := s.reservationTerminals[e.key]; ok && !t.deadline.After(now) {
+			delete(s.reservationTerminals, e.key)
+		}
+		s.reservationSweep.pop()
+	}
+	for s.aggregateSweep.len() > 0 {
+		e := s.aggregateSweep.front()
+		if e.deadline.After(now) {
+			break
+		}
+		if a, ok := s.aggregates[e.key]; ok && a.state != aggregatePrepared && !a.deadline.After(now) {
+			delete(s.aggregates, e.key)
+		}
+		s.aggregateSweep.pop()
+	}
+	for len(s.terminalSweep) > 0 && !s.terminalSweep[0].ExpiresAt.After(now) {
+		rec := heap.Pop(&s.terminalSweep).(*authority.TerminalRecord)
+		key := rec.Operation.Key()
+		if s.operationTerminals[key] == rec {
+			delete(s.operationTerminals, key)
+		}
+	}
+	s.dropExpiredPins(now)
+}
+
+// setReservationTerminal is the seed's creationTerminals.set.
+func (s *Store) setReservationTerminal(id string, state reservationState, now time.Time) {
+	deadline := now.Add(s.retention)
+	s.reservationTerminals[id] = reservationTerminal{state: state, deadline: deadline}
+	s.reservationSweep.push(sweepEntry[string]{key: id, deadline: deadline})
+}
+
+// setOperationTerminal is the seed's operationTerminals.set.
+func (s *Store) setOperationTerminal(key string, rec *authority.TerminalRecord) {
+	s.operationTerminals[key] = rec
+	heap.Push(&s.terminalSweep, rec)
+}
+
+// finishAggregate moves a prepared aggregate to its terminal state.
+func (s *Store) finishAggregate(fence authority.Fence, a *aggregateRecord, state aggregateState, now time.Time) {
+	a.state = state
+	a.deadline = now.Add(s.retention)
+	s.aggregateSweep.push(sweepEntry[authority.Fence]{key: fence, deadline: a.deadline})
+}
