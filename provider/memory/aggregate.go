@@ -56,7 +56,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	}
 	var source authority.CapacityVector
 	for _, p := range req.Participants {
-		r := s.rows[p.AuthorityKey]
+		r := s.row(p.AuthorityKey)
 		if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != p.ExpectedStoreVersion {
 			return conflict, nil
 		}
@@ -104,7 +104,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	rows := make([]*row, len(req.Participants))
 	var owners int64
 	for i, p := range req.Participants {
-		r := s.rows[p.AuthorityKey]
+		r := s.row(p.AuthorityKey)
 		if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != p.ExpectedStoreVersion {
 			return stale, nil
 		}
@@ -129,7 +129,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 		next.snap.StoreVersion = version(s.storeVersion)
 		next.snap.Payload = bytes.Clone(p.AuthorityPayload)
 		if p.OwnerTransition == authority.TransitionNewOwner {
-			s.adjust(s.active, r.entries, -1)
+			s.adjust(s.active, r.meta.entries, -1)
 			s.ownerGeneration++
 			next.snap.AuthorityOwnerGeneration = s.ownerGeneration
 			next.snap.OwnerID = req.TargetOwner.OwnerID

@@ -150,9 +150,13 @@ func TestAggregatePrepareConflicts(t *testing.T) {
 	// Mixing two Spot types is invalid.
 	k3, s3 := e.spot("s3")
 	e.s.mu.Lock()
-	r := *e.s.rows[k3]
-	r.snap.Allocation.Capacity = authority.CapacityVector{Spots: 1, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: "mail", Count: 1}}
-	e.s.rows[k3] = &r
+	r := e.s.row(k3).successor()
+	r.setAllocation(authority.PlacementAllocation{
+		State: authority.AllocationActive, ObjectKind: authority.ObjectUserSpot, StableType: "mail",
+		Descriptor: nodeA, DescriptorLifecycleGeneration: 1,
+		Capacity: authority.CapacityVector{Spots: 1, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: "mail", Count: 1}},
+	})
+	e.s.index.Set(r)
 	e.s.mu.Unlock()
 	mixed := moveRequest(1, map[authority.Key]*authority.Snapshot{k1: s1, k3: s3}, nil)
 	_, err := e.s.PrepareAggregate(e.ctx, mixed)

@@ -16,7 +16,7 @@ func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority
 	if err != nil {
 		return authority.ReadResult{}, err
 	}
-	r := s.rows[key]
+	r := s.row(key)
 	s.mu.Unlock()
 	// Row values are immutable: copy outside the lock.
 	if r == nil {
@@ -40,7 +40,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		return authority.CompareExchangeResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
 	}
 	exhausted := authority.CompareExchangeResult{Kind: authority.KindGenerationExhausted}
-	r := s.rows[key]
+	r := s.row(key)
 	if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != expected {
 		return conflict()
 	}
@@ -53,7 +53,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		if !ok {
 			return exhausted, nil
 		}
-		s.adjust(s.active, r.entries, -1)
+		s.adjust(s.active, r.meta.entries, -1)
 		s.deleteRow(r)
 		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: v, StoreNow: now}, nil
 	case authority.MutationRebindOwnerLease:
@@ -97,18 +97,20 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	var removed int64
-	for _, r := range s.rows {
-		if r.snap.OwnerID != owner.OwnerID || r.snap.OwnerLeaseGeneration != owner.LeaseGeneration {
-			continue
+	var held []*row
+	s.index.Scan(func(r *row) bool {
+		if r.snap.OwnerID == owner.OwnerID && r.snap.OwnerLeaseGeneration == owner.LeaseGeneration {
+			held = append(held, r)
 		}
+		return true
+	})
+	for _, r := range held {
 		if r.snap.Allocation.State == authority.AllocationActive {
-			s.adjust(s.active, r.entries, -1)
+			s.adjust(s.active, r.meta.entries, -1)
 		} else {
-			s.adjust(s.pending, r.entries, -1)
+			s.adjust(s.pending, r.meta.entries, -1)
 		}
 		s.deleteRow(r)
-		removed++
 	}
-	return removed, nil
+	return int64(len(held)), nil
 }

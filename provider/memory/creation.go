@@ -39,7 +39,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	if s.claims != nil && s.claims.IdentityClaimed(key) {
 		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(now)}, nil
 	}
-	if current := s.rows[key]; current != nil {
+	if current := s.row(key); current != nil {
 		alloc := &current.snap.Allocation
 		switch {
 		case alloc.ObjectKind != req.Key.Kind || alloc.StableType != req.Intent.StableType:
@@ -83,12 +83,13 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 			OwnerID:                  target.Owner.OwnerID,
 			OwnerLeaseGeneration:     target.Owner.LeaseGeneration,
 		},
-		creation: creation{reservationID: reservationID, target: target},
-		pending: authority.PendingCreation{
-			ReservationID:           reservationID,
-			RequestContentReference: req.Intent.RequestContentReference,
-			RequestEncodedSize:      req.Intent.RequestEncodedSize,
-		},
+		meta: &rowMeta{creation: creation{reservationID: reservationID, target: target}},
+	}
+	r.setAllocation(alloc)
+	r.meta.pending = authority.PendingCreation{
+		ReservationID:           reservationID,
+		RequestContentReference: req.Intent.RequestContentReference,
+		RequestEncodedSize:      req.Intent.RequestEncodedSize,
 	}
 	// One allocation holds the payload and the request digest.
 	buf := make([]byte, len(req.CreatingPayload)+len(req.Intent.RequestSHA256))
@@ -97,11 +98,10 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		r.snap.Payload = buf[:n:n]
 	}
 	copy(buf[n:], req.Intent.RequestSHA256)
-	r.pending.RequestSHA256 = buf[n:]
-	r.snap.PendingCreation = &r.pending
-	r.setAllocation(alloc)
+	r.meta.pending.RequestSHA256 = buf[n:]
+	r.snap.PendingCreation = &r.meta.pending
 	s.putRow(r)
-	s.adjust(s.pending, r.entries, 1)
+	s.adjust(s.pending, r.meta.entries, 1)
 	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshot(now)}, nil
 }
 
@@ -109,12 +109,12 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 // reserved row at key made by this reservation, at this version, for this
 // target; nil when any of that does not hold.
 func (s *Store) reservedRow(key authority.Key, reservationID string, expected authority.StoreVersion, target authority.CreationTarget) *row {
-	r := s.rows[key]
+	r := s.row(key)
 	if r == nil ||
 		r.snap.Allocation.State != authority.AllocationReserved ||
-		r.creation.reservationID != reservationID ||
+		r.meta.creation.reservationID != reservationID ||
 		r.snap.StoreVersion != expected ||
-		r.creation.target != target {
+		r.meta.creation.target != target {
 		return nil
 	}
 	return r
@@ -123,14 +123,13 @@ func (s *Store) reservedRow(key authority.Key, reservationID string, expected au
 // activate returns the active row a reserved row becomes, and moves its
 // capacity from reserved to active.
 func (s *Store) activate(r *row, v authority.StoreVersion, payload []byte) *row {
-	s.adjust(s.pending, r.entries, -1)
+	s.adjust(s.pending, r.meta.entries, -1)
 	next := r.successor()
 	next.snap.StoreVersion = v
 	next.snap.Payload = bytes.Clone(payload)
 	next.snap.Allocation.State = authority.AllocationActive
 	next.snap.PendingCreation = nil
-	next.pending = authority.PendingCreation{}
-	s.adjust(s.active, next.entries, 1)
+	s.adjust(s.active, next.meta.entries, 1)
 	return next
 }
 
@@ -146,13 +145,13 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	}
 	defer s.mu.Unlock()
 	terminal, retained := s.reservationTerminals[req.ReservationID]
-	current := s.rows[key]
+	current := s.row(key)
 	if retained && terminal.state == reservationCommitted &&
 		current != nil && current.snap.Allocation.State == authority.AllocationActive {
 		return authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: current.snapshot(now)}, nil
 	}
 	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
-	if r == nil || !s.isCreationTargetLive(r.creation.target) {
+	if r == nil || !s.isCreationTargetLive(r.meta.creation.target) {
 		return authority.CommitResult{Kind: authority.KindStale}, nil
 	}
 	v, ok := s.nextStoreVersion()
@@ -194,7 +193,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: retained.Clone()}, nil
 	}
 	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
-	if r == nil || !s.isCreationTargetLive(r.creation.target) {
+	if r == nil || !s.isCreationTargetLive(r.meta.creation.target) {
 		return authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 	}
 	if !s.creationTerminalAvailable(opKey, now) {
@@ -211,7 +210,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		s.setReservationTerminal(req.ReservationID, reservationCommitted, now)
 		result = authority.CompleteCreationResult{Kind: authority.KindCreated, Ready: ready.snapshot(now)}
 	} else {
-		s.adjust(s.pending, r.entries, -1)
+		s.adjust(s.pending, r.meta.entries, -1)
 		s.deleteRow(r)
 		state := reservationRejected
 		if req.Completion.Kind == authority.TerminalFailed {
@@ -280,7 +279,7 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if r == nil {
 		return authority.AbortResult{Kind: authority.KindStale}, nil
 	}
-	s.adjust(s.pending, r.entries, -1)
+	s.adjust(s.pending, r.meta.entries, -1)
 	s.deleteRow(r)
 	s.setReservationTerminal(req.ReservationID, reservationAborted, now)
 	return authority.AbortResult{Kind: authority.KindAborted}, nil

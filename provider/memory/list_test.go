@@ -207,11 +207,12 @@ func TestListIgnoresLaterWrites(t *testing.T) {
 	e.fill(n)
 	snapshot := map[authority.Key]authority.StoreVersion{}
 	e.s.mu.Lock()
-	for k, r := range e.s.rows {
+	e.s.index.Scan(func(r *row) bool {
 		if r.snap.Allocation.State == authority.AllocationActive {
-			snapshot[k] = r.snap.StoreVersion
+			snapshot[r.key] = r.snap.StoreVersion
 		}
-	}
+		return true
+	})
 	e.s.mu.Unlock()
 	got, kind := e.listAll("user_spot/", 50, func(page int) {
 		for w := range 4 {

@@ -9,16 +9,21 @@ import (
 // row is one authority row. A row value is immutable once it is in the
 // store: a write stores a successor, so pinned listings keep seeing the old
 // value. The pointers of snap (the Spot type of the capacity, the pending
-// creation) point into the row itself, so a row is one allocation.
+// creation) point into meta, which the versions of a row share until its
+// allocation changes.
 type row struct {
 	key  authority.Key
 	snap authority.Snapshot // StoreNow is unset
+	meta *rowMeta
+}
+
+// rowMeta is what the versions of a row share.
+type rowMeta struct {
 	// creation is the reservation the row was created by (the seed's
 	// row.creation).
 	creation creation
-	// entries are the capacity entries of snap.Allocation, computed once.
-	entries []authority.CapacityEntry
-
+	// entries are the capacity entries of the row's allocation.
+	entries  []authority.CapacityEntry
 	spotType authority.SpotTypeCapacity
 	pending  authority.PendingCreation
 }
@@ -35,27 +40,19 @@ func rowLess(a, b *row) bool { return a.key < b.key }
 func (r *row) successor() *row {
 	n := new(row)
 	*n = *r
-	n.rebase()
 	return n
 }
 
-// rebase points snap's pointers at the row's own fields.
-func (r *row) rebase() {
-	if st := r.snap.Allocation.Capacity.SpotType; st != nil {
-		r.spotType = *st
-		r.snap.Allocation.Capacity.SpotType = &r.spotType
-	}
-	if p := r.snap.PendingCreation; p != nil {
-		r.pending = *p
-		r.snap.PendingCreation = &r.pending
-	}
-}
-
-// setAllocation sets the row's allocation and its capacity entries.
+// setAllocation gives the row a new allocation (and so new shared parts).
 func (r *row) setAllocation(a authority.PlacementAllocation) {
+	m := &rowMeta{creation: r.meta.creation}
+	if a.Capacity.SpotType != nil {
+		m.spotType = *a.Capacity.SpotType
+		a.Capacity.SpotType = &m.spotType
+	}
+	m.entries = authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
 	r.snap.Allocation = a
-	r.rebase()
-	r.entries = authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
+	r.meta = m
 }
 
 // exported is a caller-owned snapshot with its pointed-to parts, allocated

@@ -70,8 +70,11 @@ type Store struct {
 	policy authority.CapacityPolicy
 	claims authority.IdentityClaims
 
-	rows  map[authority.Key]*row
+	// index holds the rows in key order; probe and hint make lookups
+	// allocation-free.
 	index *btree.BTreeG[*row]
+	probe row
+	hint  btree.PathHint
 	// revision counts row writes; a listing pins the index at a revision.
 	revision int64
 	pins     []pin
@@ -112,7 +115,6 @@ func New(opts Options) *Store {
 		maxPins:              opts.MaxPinnedScans,
 		policy:               opts.Capacity,
 		claims:               opts.Identity,
-		rows:                 make(map[authority.Key]*row),
 		index:                btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
 		reservationTerminals: make(map[string]reservationTerminal),
 		operationTerminals:   make(map[string]*authority.TerminalRecord),
@@ -191,17 +193,22 @@ func (s *Store) nextStoreVersion() (authority.StoreVersion, bool) {
 	return version(s.storeVersion), true
 }
 
+// row returns the row at key, or nil. The caller holds s.mu.
+func (s *Store) row(key authority.Key) *row {
+	s.probe.key = key
+	r, _ := s.index.GetHint(&s.probe, &s.hint)
+	return r
+}
+
 // putRow stores r (a new value) under its key.
 func (s *Store) putRow(r *row) {
-	s.rows[r.key] = r
-	s.index.Set(r)
+	s.index.SetHint(r, &s.hint)
 	s.changed(r.key)
 }
 
 // deleteRow removes the row at r.key.
 func (s *Store) deleteRow(r *row) {
-	delete(s.rows, r.key)
-	s.index.Delete(r)
+	s.index.DeleteHint(r, &s.hint)
 	s.changed(r.key)
 }
 
@@ -216,7 +223,7 @@ func (s *Store) changed(key authority.Key) {
 
 // read is the seed's private read: the row at key, or missing.
 func (s *Store) read(key authority.Key, now time.Time) authority.ReadResult {
-	r := s.rows[key]
+	r := s.row(key)
 	if r == nil {
 		return authority.Missing(now)
 	}

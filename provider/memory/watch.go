@@ -27,7 +27,7 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 		return err
 	}
 	var current authority.StoreVersion
-	if r := s.rows[key]; r != nil {
+	if r := s.row(key); r != nil {
 		current = r.snap.StoreVersion
 	}
 	if current != seen {

@@ -1,0 +1,222 @@
+// Package etcdtest starts an embedded etcd server (go.etcd.io/etcd/server/v3/embed)
+// for tests and the CLI: on loopback, on ports the kernel picks, in a
+// temporary directory, with quiet logging.
+//
+// A test package usually starts one server in TestMain (start-up takes about
+// a second) with StartMain, and gives each test its own random namespace
+// (Namespace).
+package etcdtest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// readyTimeout bounds how long Start waits for the server to be ready.
+const readyTimeout = 30 * time.Second
+
+type options struct {
+	fsync                  bool
+	maxTxnOps              uint
+	maxRequestBytes        uint
+	autoCompactionMode     string
+	autoCompactionRetained string
+	dir                    string
+}
+
+// Option configures Start.
+type Option func(*options)
+
+// WithFsync turns fsync on (true, for benchmarks and durability tests) or off
+// (false, the default: UnsafeNoFsync for fast unit tests).
+func WithFsync(on bool) Option { return func(o *options) { o.fsync = on } }
+
+// WithMaxTxnOps sets the server's --max-txn-ops (default 128).
+func WithMaxTxnOps(n uint) Option { return func(o *options) { o.maxTxnOps = n } }
+
+// WithMaxRequestBytes sets the server's --max-request-bytes (default 1.5 MiB).
+func WithMaxRequestBytes(n uint) Option { return func(o *options) { o.maxRequestBytes = n } }
+
+// WithAutoCompaction sets the auto-compaction mode ("periodic" or
+// "revision") and retention (default "periodic", "1h").
+func WithAutoCompaction(mode, retention string) Option {
+	return func(o *options) { o.autoCompactionMode, o.autoCompactionRetained = mode, retention }
+}
+
+// WithDir uses dir as the data directory instead of a new temporary one.
+// The caller owns dir.
+func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+
+// Server is a running embedded etcd server.
+type Server struct {
+	etcd     *embed.Etcd
+	endpoint string
+	tempDir  string
+	once     sync.Once
+}
+
+// Start starts a server for t and registers its Close with t.Cleanup. The
+// data directory is t.TempDir() unless WithDir says otherwise.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	o := applyOptions(opts)
+	if o.dir == "" {
+		o.dir = t.TempDir()
+	}
+	s, err := start(o)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// StartMain starts a server outside any test (for TestMain or a CLI). Its data
+// directory is a new temporary directory removed by Close. The caller must
+// call Close.
+func StartMain(opts ...Option) (*Server, error) {
+	o := applyOptions(opts)
+	if o.dir == "" {
+		dir, err := os.MkdirTemp("", "etcdtest-")
+		if err != nil {
+			return nil, err
+		}
+		o.dir = dir
+		s, err := start(o)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		s.tempDir = dir
+		return s, nil
+	}
+	return start(o)
+}
+
+func applyOptions(opts []Option) options {
+	o := options{maxTxnOps: 128, maxRequestBytes: 1536 * 1024, autoCompactionMode: "periodic", autoCompactionRetained: "1h"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func start(o options) (*Server, error) {
+	loopback, _ := url.Parse("http://127.0.0.1:0")
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdtest"
+	cfg.Dir = o.dir
+	cfg.ListenPeerUrls = []url.URL{*loopback}
+	cfg.AdvertisePeerUrls = []url.URL{*loopback}
+	cfg.ListenClientUrls = []url.URL{*loopback}
+	cfg.AdvertiseClientUrls = []url.URL{*loopback}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"stderr"}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger())
+	cfg.UnsafeNoFsync = !o.fsync
+	cfg.MaxTxnOps = o.maxTxnOps
+	cfg.MaxRequestBytes = o.maxRequestBytes
+	cfg.AutoCompactionMode = o.autoCompactionMode
+	cfg.AutoCompactionRetention = o.autoCompactionRetained
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(readyTimeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, errors.New("embedded etcd was not ready in time")
+	}
+	if len(e.Clients) == 0 {
+		e.Close()
+		return nil, errors.New("embedded etcd has no client listener")
+	}
+	return &Server{etcd: e, endpoint: e.Clients[0].Addr().String()}, nil
+}
+
+// Endpoint returns the client address (host:port).
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Config returns a client configuration for the server with room for
+// requests up to the server's request limit.
+func (s *Server) Config() clientv3.Config {
+	return clientv3.Config{
+		Endpoints:          []string{s.endpoint},
+		DialTimeout:        5 * time.Second,
+		MaxCallSendMsgSize: 4 * 1024 * 1024,
+		MaxCallRecvMsgSize: 16 * 1024 * 1024,
+		Logger:             zap.NewNop(),
+	}
+}
+
+// NewClient returns a new client of the server; the caller closes it.
+func (s *Server) NewClient() (*clientv3.Client, error) { return clientv3.New(s.Config()) }
+
+// Client returns a new client of the server, closed at t's cleanup.
+func (s *Server) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	c, err := s.NewClient()
+	if err != nil {
+		t.Fatalf("etcdtest: client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Close stops the server and waits for it; it is safe to call more than once.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		s.etcd.Close()
+		<-s.etcd.Server.StopNotify()
+		if s.tempDir != "" {
+			_ = os.RemoveAll(s.tempDir)
+		}
+	})
+}
+
+// Namespace returns a fresh random namespace "/etcdtest/<hex>/" so tests
+// sharing a server never see each other's keys.
+func Namespace() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "/etcdtest/" + hex.EncodeToString(b[:]) + "/"
+}
+
+// quietLogger logs errors to stderr, except the listener errors every
+// shutdown produces.
+func quietLogger() *zap.Logger {
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	return zap.New(quietCore{zapcore.NewCore(enc, zapcore.Lock(os.Stderr), zapcore.ErrorLevel)})
+}
+
+type quietCore struct{ zapcore.Core }
+
+func (c quietCore) With(fields []zapcore.Field) zapcore.Core { return quietCore{c.Core.With(fields)} }
+
+func (c quietCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == "setting up serving from embedded etcd failed." {
+		return ce
+	}
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}

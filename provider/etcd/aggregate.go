@@ -1,0 +1,344 @@
+package etcd
+
+import (
+	"context"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// aggregateOpsPerParticipant is the most operations one participant adds to
+// the commit Txn (newOwner: row, two capacity entries, two owner index
+// entries); the Txn also writes the record and the aggregate's capacity.
+const aggregateOpsPerParticipant = 5
+
+// PrepareAggregate checks the participants and reserves the target's
+// capacity: a read of the record, the rows, the target's liveness (and the
+// target's capacity under a policy), then one Txn fenced on all of them.
+// An aggregate whose commit could not fit the Txn limits is refused with
+// ErrLimitExceeded before anything is written.
+func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
+	if err := authority.ValidateAggregatePrepare(req); err != nil {
+		return authority.PrepareAggregateResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.PrepareAggregateResult{}, err
+	}
+	if err := s.checkAggregateFits(&req); err != nil {
+		return authority.PrepareAggregateResult{}, err
+	}
+	fence := req.Fence()
+	aggKey := s.keys.aggregate(fence)
+	target := req.TargetAllocation()
+	liveKey := s.keys.liveness(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
+	conflict := authority.PrepareAggregateResult{Kind: authority.KindConflict}
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		policy := s.capacityPolicy()
+		reads := []clientv3.Op{opGet(aggKey), opGet(liveKey)}
+		for _, p := range req.Participants {
+			reads = append(reads, opGet(s.keys.row(p.AuthorityKey)))
+		}
+		if policy != nil {
+			reads = append(reads, s.capacityRangeOp(target.Descriptor, target.DescriptorLifecycleGeneration))
+		}
+		resp, err := s.read(ctx, reads...)
+		if err != nil {
+			return authority.PrepareAggregateResult{}, err
+		}
+		if kv := firstKv(resp, 0); kv != nil {
+			rec, err := decodeAggregate(kv)
+			if err != nil {
+				return authority.PrepareAggregateResult{}, err
+			}
+			switch {
+			case rec.State == aggregatePrepared && rec.Request.Equal(&req):
+				return authority.PrepareAggregateResult{Kind: authority.KindAlreadyPrepared, Fence: fence}, nil
+			case rec.State == aggregateCommitted:
+				return authority.PrepareAggregateResult{Kind: authority.KindStale}, nil
+			}
+			return conflict, nil
+		}
+		if firstKv(resp, 1) == nil {
+			return conflict, nil
+		}
+		t := &txn{}
+		t.cmp(modRevIs(aggKey, 0))
+		t.cmp(s.liveCmp(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner))
+		if policy != nil {
+			u, err := s.sumUsage(target.Descriptor, target.DescriptorLifecycleGeneration, rangeKvs(resp, 2+len(req.Participants)))
+			if err != nil {
+				return authority.PrepareAggregateResult{}, err
+			}
+			if !fits(policy, target, u) {
+				return conflict, nil
+			}
+			t.cmp(s.capacityFence(target.Descriptor, target.DescriptorLifecycleGeneration, resp.Header.Revision))
+		}
+		source := authority.CapacityVector{}
+		liveSeen := map[string]bool{}
+		for i, p := range req.Participants {
+			r, err := s.rowFrom(resp, 2+i, p.AuthorityKey)
+			if err != nil {
+				return authority.PrepareAggregateResult{}, err
+			}
+			if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != p.ExpectedStoreVersion {
+				return conflict, nil
+			}
+			t.cmp(modRevIs(s.keys.row(p.AuthorityKey), r.modRev))
+			if p.OwnerTransition == authority.TransitionPreserve {
+				// the owner must be live: fenced in the Txn, read on failure
+				lk := s.keys.liveness(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
+				if !liveSeen[lk] {
+					liveSeen[lk] = true
+					t.cmp(s.rowOwnerLive(r))
+					t.orGet(lk, clientv3.WithCountOnly())
+				}
+				continue
+			}
+			if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
+				return conflict, nil
+			}
+		}
+		if !source.Equal(req.Capacity) {
+			return conflict, nil
+		}
+		t.put(aggKey, (&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}).encode())
+		reserved := target
+		reserved.State = authority.AllocationReserved
+		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(req.Capacity))
+		tresp, err := s.commit(ctx, t, "the aggregate prepare")
+		if err != nil {
+			return authority.PrepareAggregateResult{}, err
+		}
+		if tresp.Succeeded {
+			return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
+		}
+		for i := range tresp.Responses {
+			if tresp.Responses[i].GetResponseRange().Count == 0 {
+				return conflict, nil // a preserve participant's owner is not live
+			}
+		}
+		// a row, the record, the target's liveness or its capacity changed
+		// since the read: evaluate again.
+	}
+	return authority.PrepareAggregateResult{}, authority.Wrap(authority.ErrUnavailable, "prepareAggregate gave up after repeated contention", errContention)
+}
+
+// checkAggregateFits refuses an aggregate whose prepare or commit Txn
+// cannot fit the configured limits.
+func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest) error {
+	n := len(req.Participants)
+	commit := &txn{bytes: 4096}
+	prepare := &txn{bytes: 4096}
+	for i := 0; i < n; i++ {
+		p := req.Participants[i]
+		size := len(s.keys.row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512
+		commit.bytes += size + 4*(len(s.keys.ns)+len(p.AuthorityKey)+200)
+		prepare.bytes += size + len(p.MembershipMutation)
+	}
+	// compares: a row and at most one owner liveness per participant, the
+	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
+	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+2)
+	prepareOps := 2*n + 3
+	for _, c := range []struct {
+		t   *txn
+		ops int
+	}{{commit, commitOps}, {prepare, prepareOps}} {
+		if c.ops > s.maxOps {
+			return limitError(flagMaxTxnOps, "an aggregate of "+itoa(int64(n))+" participants needs up to "+itoa(int64(c.ops))+
+				" operations in one transaction, more than "+itoa(int64(s.maxOps))+"; it", nil)
+		}
+		if c.t.bytes > s.maxBytes {
+			return limitError(flagMaxRequestBytes, "the aggregate needs a request of about "+itoa(int64(c.t.bytes))+
+				" bytes, more than "+itoa(int64(s.maxBytes))+"; it", nil)
+		}
+	}
+	return nil
+}
+
+// loadAggregate reads the record of fence with its participants' rows.
+func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (*aggregateRecord, int64, []*row, error) {
+	aggKey := s.keys.aggregate(fence)
+	resp, err := s.read(ctx, opGet(aggKey))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	kv := firstKv(resp, 0)
+	if kv == nil {
+		return nil, 0, nil, nil
+	}
+	rec, err := decodeAggregate(kv)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return rec, kv.ModRevision, nil, nil
+}
+
+// CommitAggregate applies every participant or none, in one Txn fenced on
+// the record, every row's version and the owners' liveness.
+func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
+	if err := authority.ValidateFence(fence); err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	stale := authority.CommitAggregateResult{Kind: authority.KindStale}
+	aggKey := s.keys.aggregate(fence)
+	reads := []clientv3.Op{opGet(aggKey)}
+	resp, err := s.read(ctx, reads...)
+	if err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	kv := firstKv(resp, 0)
+	if kv == nil {
+		return stale, nil
+	}
+	rec, err := decodeAggregate(kv)
+	if err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	switch rec.State {
+	case aggregateCommitted:
+		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
+	case aggregatePrepared:
+	default:
+		return stale, nil
+	}
+	req := &rec.Request
+	// the participants' rows at their expected versions, from the cache or
+	// one read
+	rows := make([]*row, len(req.Participants))
+	var missing []int
+	for i, p := range req.Participants {
+		if rows[i] = s.cachedRow(p.AuthorityKey, p.ExpectedStoreVersion); rows[i] == nil {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		ops := make([]clientv3.Op, len(missing))
+		for j, i := range missing {
+			ops[j] = opGet(s.keys.row(req.Participants[i].AuthorityKey))
+		}
+		rresp, err := s.read(ctx, ops...)
+		if err != nil {
+			return authority.CommitAggregateResult{}, err
+		}
+		for j, i := range missing {
+			if rows[i], err = s.rowFrom(rresp, j, req.Participants[i].AuthorityKey); err != nil {
+				return authority.CommitAggregateResult{}, err
+			}
+		}
+	}
+	t := &txn{}
+	t.cmp(modRevIs(aggKey, kv.ModRevision))
+	liveSeen := map[string]bool{}
+	live := func(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) {
+		if k := s.keys.liveness(node, lifecycle, owner); !liveSeen[k] {
+			liveSeen[k] = true
+			t.cmp(s.liveCmp(node, lifecycle, owner))
+		}
+	}
+	next := make([]*row, len(rows))
+	for i, p := range req.Participants {
+		r := rows[i]
+		if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != p.ExpectedStoreVersion {
+			return stale, nil
+		}
+		rowKey := s.keys.row(p.AuthorityKey)
+		t.cmp(modRevIs(rowKey, r.modRev))
+		n := r.next(0)
+		n.payload = append([]byte(nil), p.AuthorityPayload...)
+		next[i] = n
+		if p.OwnerTransition != authority.TransitionNewOwner {
+			live(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
+			t.put(rowKey, n.encode(false))
+			continue
+		}
+		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
+		n.owner = req.TargetOwner
+		n.alloc = r.alloc.Clone()
+		n.alloc.Descriptor = req.TargetDescriptor
+		n.alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
+		n.ownerGen = 0 // resolved to this write's revision
+		t.put(rowKey, n.encode(true))
+		if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
+			t.del(oldCap)
+			t.put(newCap, capacityValue(n.alloc.Capacity))
+		}
+		if oldIdx, newIdx := s.keys.ownerRow(r.owner, r.key), s.keys.ownerRow(n.owner, r.key); oldIdx != newIdx {
+			t.del(oldIdx)
+			t.put(newIdx, "")
+		}
+	}
+	done := &aggregateRecord{State: aggregateCommitted, Request: *req}
+	t.put(aggKey, done.encode())
+	reserved := req.TargetAllocation()
+	reserved.State = authority.AllocationReserved
+	t.del(s.keys.capacityAggregate(reserved, fence))
+	t.orGet(aggKey)
+	tresp, err := s.commit(ctx, t, "the aggregate commit")
+	if err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	if !tresp.Succeeded {
+		if kv := firstKv(tresp, 0); kv != nil {
+			if rec, err := decodeAggregate(kv); err == nil && rec.State == aggregateCommitted {
+				return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
+			}
+		}
+		return stale, nil
+	}
+	for _, n := range next {
+		n.modRev = tresp.Header.Revision
+		if n.ownerGen == 0 {
+			n.ownerGen = tresp.Header.Revision
+		}
+		s.remember(n)
+	}
+	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
+}
+
+// AbortAggregate releases a prepared aggregate's capacity.
+func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
+	if err := authority.ValidateFence(fence); err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	stale := authority.AbortAggregateResult{Kind: authority.KindStale}
+	rec, rev, _, err := s.loadAggregate(ctx, fence)
+	if err != nil || rec == nil {
+		return stale, err
+	}
+	switch rec.State {
+	case aggregateAborted:
+		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
+	case aggregatePrepared:
+	default:
+		return stale, nil
+	}
+	aggKey := s.keys.aggregate(fence)
+	t := &txn{}
+	t.cmp(modRevIs(aggKey, rev))
+	rec.State = aggregateAborted
+	t.put(aggKey, rec.encode())
+	reserved := rec.Request.TargetAllocation()
+	reserved.State = authority.AllocationReserved
+	t.del(s.keys.capacityAggregate(reserved, fence))
+	t.orGet(aggKey)
+	resp, err := s.commit(ctx, t, "the aggregate abort")
+	if err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	if resp.Succeeded {
+		return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
+	}
+	if kv := firstKv(resp, 0); kv != nil {
+		if cur, err := decodeAggregate(kv); err == nil && cur.State == aggregateAborted {
+			return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
+		}
+	}
+	return stale, nil
+}

@@ -1,0 +1,294 @@
+package etcd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// rowFormat is the first byte of every encoded row value.
+const rowFormat byte = 1
+
+// row is one decoded state of one authority row: an immutable value once
+// built (the cache hands the same pointer to concurrent readers).
+type row struct {
+	key       authority.Key
+	modRev    int64
+	createRev int64
+	ownerGen  int64
+	owner     authority.OwnerToken
+	alloc     authority.PlacementAllocation
+	pending   *authority.PendingCreation
+	payload   []byte
+}
+
+type capacityWire struct {
+	Actors int64  `json:"a,omitempty"`
+	Spots  int64  `json:"s,omitempty"`
+	Kind   string `json:"k,omitempty"`
+	Type   string `json:"t,omitempty"`
+	Count  int64  `json:"c,omitempty"`
+	HasST  bool   `json:"x,omitempty"`
+}
+
+type pendingWire struct {
+	ReservationID string `json:"id"`
+	Reference     string `json:"ref"`
+	SHA256        []byte `json:"sha"`
+	Size          int64  `json:"n"`
+}
+
+type rowWire struct {
+	// OwnerGen 0 means "the ModRevision of this value".
+	OwnerGen  int64        `json:"og,omitempty"`
+	OwnerID   string       `json:"o"`
+	Lease     int64        `json:"l"`
+	State     string       `json:"st"`
+	Kind      string       `json:"k"`
+	Stable    string       `json:"t"`
+	Mesh      string       `json:"m"`
+	RID       string       `json:"r"`
+	Lifecycle int64        `json:"g"`
+	Capacity  capacityWire `json:"c"`
+	Pending   *pendingWire `json:"pc,omitempty"`
+}
+
+func encodeCapacity(c authority.CapacityVector) capacityWire {
+	w := capacityWire{Actors: c.Actors, Spots: c.Spots}
+	if c.SpotType != nil {
+		w.HasST, w.Kind, w.Type, w.Count = true, string(c.SpotType.ObjectKind), c.SpotType.StableType, c.SpotType.Count
+	}
+	return w
+}
+
+func (w capacityWire) vector() authority.CapacityVector {
+	c := authority.CapacityVector{Actors: w.Actors, Spots: w.Spots}
+	if w.HasST {
+		c.SpotType = &authority.SpotTypeCapacity{ObjectKind: authority.ObjectKind(w.Kind), StableType: w.Type, Count: w.Count}
+	}
+	return c
+}
+
+func capacityValue(c authority.CapacityVector) string {
+	b, _ := json.Marshal(encodeCapacity(c))
+	return string(b)
+}
+
+func decodeCapacityValue(v []byte) (authority.CapacityVector, error) {
+	var w capacityWire
+	if err := json.Unmarshal(v, &w); err != nil {
+		return authority.CapacityVector{}, err
+	}
+	return w.vector(), nil
+}
+
+// encode returns the stored value of r. sentinelOwnerGen stores the
+// "own ModRevision" sentinel instead of r.ownerGen (for owner-changing writes).
+func (r *row) encode(sentinelOwnerGen bool) string {
+	w := rowWire{
+		OwnerGen: r.ownerGen, OwnerID: r.owner.OwnerID, Lease: r.owner.LeaseGeneration,
+		State: string(r.alloc.State), Kind: string(r.alloc.ObjectKind), Stable: r.alloc.StableType,
+		Mesh: r.alloc.Descriptor.MeshName, RID: r.alloc.Descriptor.RID,
+		Lifecycle: r.alloc.DescriptorLifecycleGeneration, Capacity: encodeCapacity(r.alloc.Capacity),
+	}
+	if sentinelOwnerGen {
+		w.OwnerGen = 0
+	}
+	if p := r.pending; p != nil {
+		w.Pending = &pendingWire{ReservationID: p.ReservationID, Reference: p.RequestContentReference, SHA256: p.RequestSHA256, Size: p.RequestEncodedSize}
+	}
+	meta, _ := json.Marshal(w)
+	var buf bytes.Buffer
+	buf.Grow(1 + binary.MaxVarintLen64 + len(meta) + len(r.payload))
+	buf.WriteByte(rowFormat)
+	var n [binary.MaxVarintLen64]byte
+	buf.Write(n[:binary.PutUvarint(n[:], uint64(len(meta)))])
+	buf.Write(meta)
+	buf.Write(r.payload)
+	return buf.String()
+}
+
+var errBadRow = errors.New("undecodable row")
+
+// decodeRow decodes a stored row.
+func decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
+	v := kv.Value
+	if len(v) < 2 || v[0] != rowFormat {
+		return nil, corrupt(string(kv.Key), errBadRow)
+	}
+	n, sz := binary.Uvarint(v[1:])
+	if sz <= 0 || n > uint64(len(v)-1-sz) {
+		return nil, corrupt(string(kv.Key), errBadRow)
+	}
+	meta := v[1+sz : 1+sz+int(n)]
+	var w rowWire
+	if err := json.Unmarshal(meta, &w); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	r := &row{
+		key: key, modRev: kv.ModRevision, createRev: kv.CreateRevision, ownerGen: w.OwnerGen,
+		owner: authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
+		alloc: authority.PlacementAllocation{
+			State: authority.AllocationState(w.State), ObjectKind: authority.ObjectKind(w.Kind), StableType: w.Stable,
+			Descriptor:                    authority.NodeDescriptor{MeshName: w.Mesh, RID: w.RID},
+			DescriptorLifecycleGeneration: w.Lifecycle, Capacity: w.Capacity.vector(),
+		},
+		payload: bytes.Clone(v[1+sz+int(n):]),
+	}
+	if r.ownerGen == 0 {
+		r.ownerGen = kv.ModRevision
+	}
+	if p := w.Pending; p != nil {
+		r.pending = &authority.PendingCreation{ReservationID: p.ReservationID, RequestContentReference: p.Reference, RequestSHA256: p.SHA256, RequestEncodedSize: p.Size}
+	}
+	if r.alloc.State != authority.AllocationActive && r.alloc.State != authority.AllocationReserved {
+		return nil, corrupt(string(kv.Key), errBadRow)
+	}
+	return r, nil
+}
+
+// snapshot returns the contract's view of r read at now.
+func (r *row) snapshot(now time.Time) *authority.Snapshot {
+	s := &authority.Snapshot{
+		StoreVersion:             version(r.modRev),
+		Payload:                  bytes.Clone(r.payload),
+		ObjectGeneration:         r.createRev,
+		AuthorityOwnerGeneration: r.ownerGen,
+		OwnerID:                  r.owner.OwnerID,
+		OwnerLeaseGeneration:     r.owner.LeaseGeneration,
+		Allocation:               r.alloc.Clone(),
+		StoreNow:                 now,
+	}
+	if r.pending != nil {
+		p := *r.pending
+		p.RequestSHA256 = bytes.Clone(p.RequestSHA256)
+		s.PendingCreation = &p
+	}
+	return s
+}
+
+// next returns a copy of r as written at revision rev.
+func (r *row) next(rev int64) *row {
+	c := *r
+	c.modRev = rev
+	return &c
+}
+
+func version(rev int64) authority.StoreVersion {
+	if rev == 0 {
+		return ""
+	}
+	return authority.StoreVersion(strconv.FormatInt(rev, 10))
+}
+
+// parseVersion returns the ModRevision a version names; ok is false when the
+// text is no version of this provider (it then matches no row).
+func parseVersion(v authority.StoreVersion) (int64, bool) {
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n <= 0 || version(n) != v {
+		return 0, false
+	}
+	return n, true
+}
+
+// reservationState is the value of a reservation terminal.
+type reservationRecord struct {
+	State     string    `json:"s"`
+	ExpiresAt time.Time `json:"e"`
+}
+
+func decodeReservation(kv *mvccpb.KeyValue) (reservationRecord, error) {
+	var r reservationRecord
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return r, corrupt(string(kv.Key), err)
+	}
+	return r, nil
+}
+
+func (r reservationRecord) encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+type terminalWire struct {
+	State       string                      `json:"s"`
+	Operation   authority.CreationOperation `json:"op"`
+	Reservation string                      `json:"id"`
+	Kind        string                      `json:"k"`
+	Envelope    []byte                      `json:"env"`
+	EnvelopeSHA []byte                      `json:"sha"`
+	ExpiresAt   time.Time                   `json:"e"`
+	StoreNow    time.Time                   `json:"now"`
+}
+
+func encodeTerminal(t *authority.TerminalRecord) string {
+	b, _ := json.Marshal(terminalWire{
+		State: string(t.State), Operation: t.Operation, Reservation: t.ReservationID, Kind: string(t.ObjectKind),
+		Envelope: t.TerminalEnvelope, EnvelopeSHA: t.TerminalEnvelopeSHA256, ExpiresAt: t.ExpiresAt, StoreNow: t.StoreNow,
+	})
+	return string(b)
+}
+
+func decodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
+	var w terminalWire
+	if err := json.Unmarshal(kv.Value, &w); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	return &authority.TerminalRecord{
+		State: authority.TerminalState(w.State), Operation: w.Operation, ReservationID: w.Reservation,
+		ObjectKind: authority.ObjectKind(w.Kind), TerminalEnvelope: w.Envelope, TerminalEnvelopeSHA256: w.EnvelopeSHA,
+		ExpiresAt: w.ExpiresAt, StoreNow: w.StoreNow,
+	}, nil
+}
+
+// aggregateRecord is the stored state of one aggregate.
+type aggregateRecord struct {
+	State   string
+	Request authority.AggregatePrepareRequest
+}
+
+const (
+	aggregatePrepared  = "prepared"
+	aggregateCommitted = "committed"
+	aggregateAborted   = "aborted"
+)
+
+func (a *aggregateRecord) encode() string {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(a); err != nil {
+		panic(err) // plain data always encodes
+	}
+	return buf.String()
+}
+
+func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
+	var a aggregateRecord
+	if err := gob.NewDecoder(bytes.NewReader(kv.Value)).Decode(&a); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	return &a, nil
+}
+
+// livenessRecord is the value of an owner liveness key.
+type livenessRecord struct {
+	MeshName  string `json:"m"`
+	RID       string `json:"r"`
+	Lifecycle int64  `json:"g"`
+	OwnerID   string `json:"o"`
+	Lease     int64  `json:"l"`
+}
+
+func (l livenessRecord) encode() string {
+	b, _ := json.Marshal(l)
+	return string(b)
+}

@@ -1,0 +1,50 @@
+package etcd_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+)
+
+// liveTTL is the lease of liveness keys the harness marks live; tests end
+// long before it.
+const liveTTL = 10 * time.Minute
+
+func etcdFactory(t *testing.T) *conformance.Harness {
+	clock := authority.NewManualClock(testEpoch)
+	claims := &claimSet{}
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, IdentityClaims: claims})
+	h := harnessFor(s, clock)
+	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.claim(key) }
+	return h
+}
+
+// harnessFor returns a harness over s (without identity claims).
+func harnessFor(s *etcdstore.Store, clock *authority.ManualClock) *conformance.Harness {
+	return &conformance.Harness{
+		Store: s,
+		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
+			t.Helper()
+			var err error
+			if live {
+				err = s.MarkLive(context.Background(), node, lifecycle, owner, liveTTL)
+			} else {
+				err = s.MarkDead(context.Background(), node, lifecycle, owner)
+			}
+			if err != nil {
+				t.Fatalf("set live: %v", err)
+			}
+		},
+		SetCapacityPolicy: func(_ testing.TB, p authority.CapacityPolicy) { s.SetCapacityPolicy(p) },
+		AdvanceClock:      func(_ testing.TB, d time.Duration) { clock.Advance(d) },
+		Now:               clock.Now,
+		ExpireScans:       compactNow,
+		Relocation:        s.Relocation(),
+	}
+}
+
+func TestConformance(t *testing.T) { conformance.RunAll(t, etcdFactory) }

@@ -1,0 +1,360 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Reservation terminal states.
+const (
+	reservationCommitted = "committed"
+	reservationAborted   = "aborted"
+)
+
+// sameTarget is the seed's sameCreationTarget for a reserved row.
+func sameTarget(r *row, t authority.CreationTarget) bool {
+	return r.alloc.Descriptor == t.Descriptor() && r.alloc.DescriptorLifecycleGeneration == t.NodeLifecycleGeneration && r.owner == t.Owner
+}
+
+// pendingMatches reports whether r is the reserved row of reservation id at
+// version expected for target.
+func pendingMatches(r *row, id string, expected authority.StoreVersion, target authority.CreationTarget) bool {
+	return r != nil && r.alloc.State == authority.AllocationReserved && r.pending != nil &&
+		r.pending.ReservationID == id && version(r.modRev) == expected && sameTarget(r, target)
+}
+
+// reservationState returns the unexpired state of a reservation terminal
+// key-value ("" when missing or expired).
+func (s *Store) reservationState(kv *mvccpbKV) (string, error) {
+	if kv == nil {
+		return "", nil
+	}
+	rec, err := decodeReservation(kv)
+	if err != nil {
+		return "", err
+	}
+	if !rec.ExpiresAt.After(s.clock.Now()) {
+		return "", nil
+	}
+	return rec.State, nil
+}
+
+func (s *Store) reservationRecord(state string) (reservationRecord, time.Duration) {
+	return reservationRecord{State: state, ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
+}
+
+// activate writes the reserved row cur as active with payload, moving its
+// capacity entry from reserved to active, into t; it returns the new row
+// (without its revision).
+func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
+	next := cur.next(0)
+	next.alloc = cur.alloc.Clone()
+	next.alloc.State = authority.AllocationActive
+	next.pending = nil
+	next.payload = append([]byte(nil), payload...)
+	t.put(s.keys.row(cur.key), next.encode(false))
+	t.del(s.keys.capacityRow(cur.alloc, cur.key))
+	t.put(s.keys.capacityRow(next.alloc, cur.key), capacityValue(next.alloc.Capacity))
+	return next
+}
+
+// dropReserved deletes the reserved row cur, its capacity and owner index
+// entries, into t.
+func (s *Store) dropReserved(t *txn, cur *row) {
+	t.del(s.keys.row(cur.key))
+	t.del(s.keys.capacityRow(cur.alloc, cur.key))
+	t.del(s.keys.ownerRow(cur.owner, cur.key))
+}
+
+// Commit turns a reserved Spot into an active one: one Txn when the
+// reserved row is in the cache, else a read and a Txn.
+func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
+	key, err := authority.ValidateCommit(req)
+	if err != nil {
+		return authority.CommitResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.CommitResult{}, err
+	}
+	rowKey, resKey := s.keys.row(key), s.keys.reservation(req.ReservationID)
+	decide := func(resp *clientv3.TxnResponse) (*row, *authority.CommitResult, error) {
+		cur, err := s.rowFrom(resp, 0, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		state, err := s.reservationState(firstKv(resp, 1))
+		if err != nil {
+			return nil, nil, err
+		}
+		if state == reservationCommitted && cur != nil && cur.alloc.State == authority.AllocationActive {
+			return nil, &authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: cur.snapshot(s.clock.Now())}, nil
+		}
+		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
+			return nil, &authority.CommitResult{Kind: authority.KindStale}, nil
+		}
+		return cur, nil, nil
+	}
+	cur := s.cachedRow(key, req.ExpectedStoreVersion)
+	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
+		resp, err := s.read(ctx, opGet(rowKey), opGet(resKey))
+		if err != nil {
+			return authority.CommitResult{}, err
+		}
+		c, out, err := decide(resp)
+		if err != nil || out != nil {
+			return derefCommit(out), err
+		}
+		cur = c
+	}
+	rec, ttl := s.reservationRecord(reservationCommitted)
+	var resp *clientv3.TxnResponse
+	var next *row
+	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
+		t := &txn{}
+		t.cmp(modRevIs(rowKey, cur.modRev))
+		t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))
+		next = s.activate(t, cur, req.ReadyPayload)
+		t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
+		t.orGet(rowKey)
+		t.orGet(resKey)
+		var err error
+		resp, err = s.commit(ctx, t, "the commit")
+		return err
+	})
+	if err != nil {
+		return authority.CommitResult{}, err
+	}
+	if !resp.Succeeded {
+		_, out, err := decide(resp)
+		if err != nil {
+			return authority.CommitResult{}, err
+		}
+		if out == nil { // the row matched, so the owner is no longer live
+			out = &authority.CommitResult{Kind: authority.KindStale}
+		}
+		return *out, nil
+	}
+	next.modRev = resp.Header.Revision
+	s.remember(next)
+	return authority.CommitResult{Kind: authority.KindCommitted, Ready: next.snapshot(s.clock.Now())}, nil
+}
+
+func derefCommit(r *authority.CommitResult) authority.CommitResult {
+	if r == nil {
+		return authority.CommitResult{}
+	}
+	return *r
+}
+
+// Abort deletes a reserved row and releases its capacity: one Txn when the
+// reserved row is in the cache, else a read and a Txn.
+func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
+	key, err := authority.ValidateAbort(req)
+	if err != nil {
+		return authority.AbortResult{}, err
+	}
+	if err := authority.RequireText(req.ReservationID, "creation reservation ID"); err != nil {
+		return authority.AbortResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.AbortResult{}, err
+	}
+	rowKey, resKey := s.keys.row(key), s.keys.reservation(req.ReservationID)
+	cur := s.cachedRow(key, req.ExpectedStoreVersion)
+	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
+		resp, err := s.read(ctx, opGet(rowKey), opGet(resKey))
+		if err != nil {
+			return authority.AbortResult{}, err
+		}
+		state, err := s.reservationState(firstKv(resp, 1))
+		if err != nil {
+			return authority.AbortResult{}, err
+		}
+		if state == reservationAborted {
+			return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
+		}
+		if cur, err = s.rowFrom(resp, 0, key); err != nil {
+			return authority.AbortResult{}, err
+		}
+		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
+			return authority.AbortResult{Kind: authority.KindStale}, nil
+		}
+	}
+	rec, ttl := s.reservationRecord(reservationAborted)
+	var resp *clientv3.TxnResponse
+	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
+		t := &txn{}
+		t.cmp(modRevIs(rowKey, cur.modRev))
+		s.dropReserved(t, cur)
+		t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
+		t.orGet(resKey)
+		var err error
+		resp, err = s.commit(ctx, t, "the abort")
+		return err
+	})
+	if err != nil {
+		return authority.AbortResult{}, err
+	}
+	if resp.Succeeded {
+		return authority.AbortResult{Kind: authority.KindAborted}, nil
+	}
+	state, err := s.reservationState(firstKv(resp, 0))
+	if err != nil {
+		return authority.AbortResult{}, err
+	}
+	if state == reservationAborted {
+		return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
+	}
+	return authority.AbortResult{Kind: authority.KindStale}, nil
+}
+
+// CompleteCreation finishes a reserved Actor and publishes its creation
+// terminal in the same Txn.
+func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
+	key, record, err := authority.ValidateCompleteCreation(req, s.clock.Now())
+	if err != nil {
+		return authority.CompleteCreationResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.CompleteCreationResult{}, err
+	}
+	rowKey, resKey, termKey := s.keys.row(key), s.keys.reservation(req.ReservationID), s.keys.terminal(record.Operation)
+	// decide evaluates the seed's checks on (row, reservation terminal,
+	// creation terminal, target liveness) read together; it returns the
+	// outcome, or the row and the ModRevision of an expired creation terminal
+	// to overwrite when the completion can apply.
+	decide := func(resp *clientv3.TxnResponse) (*row, int64, *authority.CompleteCreationResult, error) {
+		now := s.clock.Now()
+		var termRev int64
+		if kv := firstKv(resp, 2); kv != nil {
+			existing, err := decodeTerminal(kv)
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			if existing.ExpiresAt.After(now) {
+				return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: existing}, nil
+			}
+			termRev = kv.ModRevision
+		}
+		state, err := s.reservationState(firstKv(resp, 1))
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		if state != "" && state != reservationAborted {
+			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+		}
+		cur, err := s.rowFrom(resp, 0, key)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) ||
+			(len(resp.Responses) > 3 && firstKv(resp, 3) == nil) {
+			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+		}
+		return cur, termRev, nil, nil
+	}
+	var liveKey string
+	cur := s.cachedRow(key, req.ExpectedStoreVersion)
+	var termRev int64
+	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
+		cur = nil
+	}
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		if cur == nil {
+			resp, err := s.read(ctx, opGet(rowKey), opGet(resKey), opGet(termKey))
+			if err != nil {
+				return authority.CompleteCreationResult{}, err
+			}
+			c, rev, out, err := decide(resp)
+			if err != nil || out != nil {
+				return derefComplete(out), err
+			}
+			cur, termRev = c, rev
+		}
+		liveKey = s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
+		_, resTTL := s.reservationRecord("")
+		termTTL := record.ExpiresAt.Sub(s.clock.Now())
+		var resp *clientv3.TxnResponse
+		var next *row
+		err := s.leases.withLeases(ctx, []time.Duration{resTTL, termTTL}, func(ids []clientv3.LeaseID) error {
+			t := &txn{}
+			t.cmp(modRevIs(rowKey, cur.modRev))
+			t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))
+			t.cmp(modRevIs(termKey, termRev))
+			var state string
+			if req.Completion.Kind == authority.TerminalCreated {
+				next = s.activate(t, cur, req.Completion.ReadyPayload)
+				state = reservationCommitted
+			} else {
+				s.dropReserved(t, cur)
+				state = string(req.Completion.Kind)
+			}
+			rec, _ := s.reservationRecord(state)
+			t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
+			t.put(termKey, encodeTerminal(record), clientv3.WithLease(ids[1]))
+			t.orGet(rowKey)
+			t.orGet(resKey)
+			t.orGet(termKey)
+			t.orGet(liveKey)
+			var err error
+			resp, err = s.commit(ctx, t, "the creation completion")
+			return err
+		})
+		if err != nil {
+			return authority.CompleteCreationResult{}, err
+		}
+		if resp.Succeeded {
+			out := authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind), Terminal: record.Clone()}
+			if next != nil {
+				next.modRev = resp.Header.Revision
+				s.remember(next)
+				out.Ready = next.snapshot(s.clock.Now())
+			}
+			return out, nil
+		}
+		c, rev, out, err := decide(resp)
+		if err != nil || out != nil {
+			return derefComplete(out), err
+		}
+		// everything matched but the creation terminal changed under us
+		cur, termRev = c, rev
+	}
+	return authority.CompleteCreationResult{}, authority.Wrap(authority.ErrUnavailable, "completeCreation gave up after repeated contention", errContention)
+}
+
+func derefComplete(r *authority.CompleteCreationResult) authority.CompleteCreationResult {
+	if r == nil {
+		return authority.CompleteCreationResult{}
+	}
+	return *r
+}
+
+// ReadCreationTerminal returns the unexpired terminal of an operation.
+func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
+	if err := authority.ValidateCreationOperation(op); err != nil {
+		return authority.TerminalReadResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.TerminalReadResult{}, err
+	}
+	resp, err := s.read(ctx, opGet(s.keys.terminal(op)))
+	if err != nil {
+		return authority.TerminalReadResult{}, err
+	}
+	now := s.clock.Now()
+	kv := firstKv(resp, 0)
+	if kv == nil {
+		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
+	}
+	rec, err := decodeTerminal(kv)
+	if err != nil {
+		return authority.TerminalReadResult{}, err
+	}
+	if !rec.ExpiresAt.After(now) {
+		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
+	}
+	return authority.TerminalReadResult{Kind: authority.KindFound, Record: rec}, nil
+}

@@ -1,0 +1,59 @@
+// Package etcd is the etcd provider of the authority store: every operation of
+// the authority.Store contract as etcd Txn compare-and-swaps on
+// go.etcd.io/etcd/client/v3.
+//
+// # Key layout
+//
+// Every key lives under the store's namespace ns (default
+// "/zlink/authority/v1/", always ending in "/"); nothing outside it is read or
+// written. Segments written <esc x> are url.PathEscape'd, so they never
+// contain "/".
+//
+//	ns/rows/<authority key>                         row: metadata + payload
+//	ns/owners/<esc owner>/<lease gen>/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                owner liveness key, attached to the owner's lease
+//	ns/owner-gens/<esc owner>                       last lease generation handed to the owner
+//	ns/owner-rows/<esc owner>/<lease gen>/<authority key>
+//	                                                owner index (empty value)
+//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/reserved|active/row/<authority key>
+//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/reserved|active/agg/<esc id>/<gen>
+//	                                                capacity index: one entry per row or aggregate,
+//	                                                value = the capacity vector it holds
+//	ns/reservations/<esc reservation ID>            reservation terminal (committed, rejected,
+//	                                                failed, aborted), on a bucketed lease
+//	ns/terminals/<operation key>                    creation terminal, on a bucketed lease
+//	ns/aggregates/<esc aggregate ID>/<generation>   aggregate record (prepared, committed, aborted)
+//	ns/blobs/<uuid>                                 relocation blob, on a bucketed lease
+//
+// # Versions and generations
+//
+// A row's StoreVersion is its key's ModRevision in decimal (absence is
+// ModRevision 0). Its object generation is the key's CreateRevision. Its
+// owner generation is the revision of the write that gave it its owner
+// (reserve, or an aggregate's newOwner commit): that write stores a sentinel
+// meaning "my own ModRevision", and the next write of the row stores the
+// resolved number. No counter key is shared by all writes.
+//
+// # Fencing
+//
+// Every operation is one Txn with all of its conditions in the outer If: the
+// row's ModRevision, the liveness key of the owner that must be live
+// (CreateRevision > 0, so a zombie owner whose lease expired cannot write),
+// the aggregate record's ModRevision and, under a capacity policy, that no
+// capacity entry of the node changed since it was read
+// (ModRevision(range) < readRevision+1). Conflict answers come from the
+// Txn's Else gets. Rows are not attached to owner leases: RemoveAllByOwner
+// deletes them explicitly through the owner index, in batches that fit the
+// Txn limit.
+//
+// A bounded, version-addressed cache of decoded rows, keyed by (key,
+// ModRevision) — a pair that names one immutable row state — lets CAS put,
+// commit and abort build their Txn without reading first: one round trip.
+//
+// # Expiry
+//
+// Reservation terminals, creation terminals and relocation blobs expire
+// through a few shared leases bucketed by expiry (one lease per minute of
+// expiry), and every read also checks the stored expiry against the store's
+// Clock, so nothing is served after it expired.
+package etcd

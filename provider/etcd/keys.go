@@ -1,0 +1,62 @@
+package etcd
+
+import (
+	"net/url"
+	"strconv"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// DefaultNamespace is the namespace of a Config that names none.
+const DefaultNamespace = "/zlink/authority/v1/"
+
+// layout builds every key of the store under its namespace.
+type layout struct{ ns string }
+
+func esc(s string) string { return url.PathEscape(s) }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func (l layout) rowsPrefix() string             { return l.ns + "rows/" }
+func (l layout) row(key authority.Key) string   { return l.ns + "rows/" + string(key) }
+func (l layout) ownerGen(ownerID string) string { return l.ns + "owner-gens/" + esc(ownerID) }
+func (l layout) reservation(id string) string   { return l.ns + "reservations/" + esc(id) }
+func (l layout) blob(id string) string          { return l.ns + "blobs/" + id }
+func (l layout) terminal(op authority.CreationOperation) string {
+	return l.ns + "terminals/" + op.Key()
+}
+
+func (l layout) liveness(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) string {
+	return l.ns + "owners/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/" +
+		esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
+}
+
+func (l layout) ownerRowsPrefix(owner authority.OwnerToken) string {
+	return l.ns + "owner-rows/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
+}
+
+func (l layout) ownerRow(owner authority.OwnerToken, key authority.Key) string {
+	return l.ownerRowsPrefix(owner) + string(key)
+}
+
+func (l layout) aggregate(f authority.Fence) string {
+	return l.ns + "aggregates/" + esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
+}
+
+// capacityNode is the prefix of every capacity entry of one node lifecycle.
+func (l layout) capacityNode(node authority.NodeDescriptor, lifecycle int64) string {
+	return l.ns + "capacity/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle) + "/"
+}
+
+func (l layout) capacityRow(a authority.PlacementAllocation, key authority.Key) string {
+	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + string(a.State) + "/row/" + string(key)
+}
+
+func (l layout) capacityAggregate(a authority.PlacementAllocation, f authority.Fence) string {
+	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + string(a.State) + "/agg/" +
+		esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
+}
+
+// prefixEnd returns the end of the range of keys starting with prefix.
+func prefixEnd(prefix string) string { return clientv3.GetPrefixRangeEnd(prefix) }

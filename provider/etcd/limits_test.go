@@ -1,0 +1,109 @@
+package etcd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+)
+
+// activeRows places n active actors on NodeA and returns aggregate
+// participants moving them (newOwner).
+func activeRows(fx *conformance.Fixture, n int) []authority.AggregateParticipant {
+	parts := make([]authority.AggregateParticipant, n)
+	for i := range parts {
+		snap := fx.Active(authority.ObjectActor, fmt.Sprintf("row-%03d", i), conformance.TargetA)
+		parts[i] = conformance.Participant(fx.Key(authority.ObjectActor, fmt.Sprintf("row-%03d", i)), snap.StoreVersion, authority.TransitionNewOwner, []byte("moved"))
+	}
+	return parts
+}
+
+func requireLimit(t *testing.T, err error, flag string) {
+	t.Helper()
+	require.Error(t, err)
+	require.True(t, errors.Is(err, authority.ErrLimitExceeded), "want ErrLimitExceeded, got %v", err)
+	require.Contains(t, err.Error(), flag)
+}
+
+func TestAggregateOverTxnLimitIsRefusedBeforeSending(t *testing.T) {
+	h := etcdFactory(t)
+	fx := conformance.NewFixture(t, h)
+	parts := activeRows(fx, 26) // 26 newOwner participants need 132 ops > 128
+	before := fx.State()
+	req := conformance.AggregateRequest("too-big", 1, conformance.TargetB, authority.CapacityVector{Actors: 26}, parts...)
+	_, err := fx.Store().PrepareAggregate(fx.Ctx(), req)
+	requireLimit(t, err, "--max-txn-ops")
+	fx.RequireState(before)
+	_, err = fx.Store().CommitAggregate(fx.Ctx(), req.Fence())
+	require.NoError(t, err)
+
+	// 16 participants fit: prepare and commit move them all
+	req = conformance.AggregateRequest("fits", 1, conformance.TargetB, authority.CapacityVector{Actors: 16}, parts[:16]...)
+	fence := fx.MustPrepare(req)
+	res, err := fx.Store().CommitAggregate(fx.Ctx(), fence)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, res.Kind)
+	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 16, 0)
+	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 10, 0)
+}
+
+func TestServerTxnLimitErrorIsTyped(t *testing.T) {
+	// the store believes the server allows 1000 ops; the server allows 128
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxTxnOps: 1000})
+	h := harnessFor(s, clock)
+	fx := conformance.NewFixture(t, h)
+	parts := activeRows(fx, 40) // prepare fits (83 compares), commit does not (202 ops)
+	req := conformance.AggregateRequest("server-refuses", 1, conformance.TargetB, authority.CapacityVector{Actors: 40}, parts...)
+	fence := fx.MustPrepare(req)
+	before := fx.State()
+	_, err := s.CommitAggregate(fx.Ctx(), fence)
+	requireLimit(t, err, "--max-txn-ops")
+	fx.RequireState(before)
+}
+
+func bigReserve(fx *conformance.Fixture, id string, refBytes int) authority.ReserveRequest {
+	req := fx.ReserveRequest(authority.ObjectActor, id, conformance.TargetA)
+	req.CreatingPayload = bytes.Repeat([]byte("p"), authority.MaxPayloadBytes)
+	req.Intent.RequestContentReference = strings.Repeat("r", refBytes)
+	return req
+}
+
+func TestTooLargeRequestIsRefusedBeforeSending(t *testing.T) {
+	h := etcdFactory(t)
+	fx := conformance.NewFixture(t, h)
+	before := fx.State()
+	_, err := fx.Store().Reserve(fx.Ctx(), bigReserve(fx, "huge", 600*1024))
+	requireLimit(t, err, "--max-request-bytes")
+	fx.RequireState(before)
+	// a 1 MiB payload alone fits
+	fx.MustReserve(bigReserve(fx, "large", 10))
+}
+
+func TestServerRequestSizeErrorIsTyped(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxRequestBytes: 3 * 1024 * 1024})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	before := fx.State()
+	_, err := s.Reserve(context.Background(), bigReserve(fx, "huge", 600*1024))
+	requireLimit(t, err, "--max-request-bytes")
+	fx.RequireState(before)
+}
+
+func TestUnavailableServerErrorIsTyped(t *testing.T) {
+	_, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{"127.0.0.1:1"}, DialTimeout: 200e6, RequestTimeout: 500e6})
+	require.Error(t, err)
+	require.True(t, errors.Is(err, authority.ErrUnavailable), "got %v", err)
+}
+
+func TestNamespaceMustEndInSlash(t *testing.T) {
+	_, err := etcdstore.New(context.Background(), etcdstore.Config{Client: shared, Namespace: "/no-slash"})
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+}

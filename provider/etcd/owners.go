@@ -1,0 +1,95 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// liveCmp is the isTargetLive fence: the owner's liveness key for that node
+// lifecycle exists. Put in a write's Txn, it keeps a zombie owner (lease
+// expired or revoked, key gone) from writing.
+func (s *Store) liveCmp(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(s.keys.liveness(node, lifecycle, owner)), ">", 0)
+}
+
+// rowOwnerLive is the fence that the owner of r is live on r's node.
+func (s *Store) rowOwnerLive(r *row) clientv3.Cmp {
+	return s.liveCmp(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
+}
+
+// MarkLive makes owner live on node at lifecycle for ttl: it grants a lease
+// of ttl (no keep-alive) and writes the liveness key on it. It is the
+// low-level form of Registry.Acquire, for tests and tools that pick their own
+// tokens. Marking an already live owner again replaces its lease.
+func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, ttl time.Duration) error {
+	if err := authority.ValidateOwner(owner); err != nil {
+		return err
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	lease, err := s.client.Grant(rctx, int64(max(ttl, time.Second)/time.Second))
+	if err != nil {
+		return mapError(err, false)
+	}
+	key := s.keys.liveness(node, lifecycle, owner)
+	if err := s.putLiveness(rctx, key, node, lifecycle, owner, lease.ID); err != nil {
+		_, _ = s.client.Revoke(context.WithoutCancel(ctx), lease.ID)
+		return err
+	}
+	s.mu.Lock()
+	prev, had := s.marks[key]
+	s.marks[key] = lease.ID
+	s.mu.Unlock()
+	if had {
+		_, _ = s.client.Revoke(rctx, prev)
+	}
+	return nil
+}
+
+func (s *Store) putLiveness(ctx context.Context, key string, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, lease clientv3.LeaseID) error {
+	v := livenessRecord{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: owner.OwnerID, Lease: owner.LeaseGeneration}
+	if _, err := s.kv.Put(ctx, key, v.encode(), clientv3.WithLease(lease)); err != nil {
+		return mapError(err, true)
+	}
+	return nil
+}
+
+// MarkDead makes owner not live on node at lifecycle: it deletes the liveness
+// key and revokes the lease MarkLive granted for it, if any.
+func (s *Store) MarkDead(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	key := s.keys.liveness(node, lifecycle, owner)
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	if _, err := s.kv.Delete(rctx, key); err != nil {
+		return mapError(err, true)
+	}
+	s.mu.Lock()
+	id, had := s.marks[key]
+	delete(s.marks, key)
+	s.mu.Unlock()
+	if had {
+		_, _ = s.client.Revoke(rctx, id)
+	}
+	return nil
+}
+
+// IsTargetLive reports whether owner's liveness key for node at lifecycle
+// exists (a read; writes fence on the key inside their Txn instead).
+func (s *Store) IsTargetLive(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) (bool, error) {
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	resp, err := s.kv.Get(rctx, s.keys.liveness(node, lifecycle, owner), clientv3.WithCountOnly())
+	if err != nil {
+		return false, mapError(err, false)
+	}
+	return resp.Count > 0, nil
+}

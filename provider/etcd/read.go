@@ -1,0 +1,147 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ReadAuthority returns the row at key (KindSnapshot) or KindMissing.
+func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
+	if err := authority.ValidateKey(key); err != nil {
+		return authority.ReadResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.ReadResult{}, err
+	}
+	r, err := s.loadRow(ctx, key)
+	if err != nil {
+		return authority.ReadResult{}, err
+	}
+	return s.readResult(r), nil
+}
+
+// loadRow reads the row at key (nil when missing).
+func (s *Store) loadRow(ctx context.Context, key authority.Key) (*row, error) {
+	ctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	resp, err := s.kv.Get(ctx, s.keys.row(key))
+	if err != nil {
+		return nil, mapError(err, false)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return s.decodeRow(key, resp.Kvs[0])
+}
+
+// decodeRow decodes a row key-value and remembers it in the cache.
+func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
+	if kv == nil {
+		return nil, nil
+	}
+	if r := s.cache.get(string(kv.Key), kv.ModRevision); r != nil {
+		return r, nil
+	}
+	r, err := decodeRow(key, kv)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.put(string(kv.Key), r)
+	return r, nil
+}
+
+// rowFrom decodes the first key-value of the i-th range response as the row
+// at key (nil when missing).
+func (s *Store) rowFrom(resp *clientv3.TxnResponse, i int, key authority.Key) (*row, error) {
+	return s.decodeRow(key, firstKv(resp, i))
+}
+
+// cachedRow returns the row at key in the state named by expected, from the
+// cache (nil when not cached or expected names no state).
+func (s *Store) cachedRow(key authority.Key, expected authority.StoreVersion) *row {
+	rev, ok := parseVersion(expected)
+	if !ok || rev == 0 {
+		return nil
+	}
+	return s.cache.get(s.keys.row(key), rev)
+}
+
+func (s *Store) remember(r *row) { s.cache.put(s.keys.row(r.key), r) }
+
+func (s *Store) readResult(r *row) authority.ReadResult {
+	now := s.clock.Now()
+	if r == nil {
+		return authority.Missing(now)
+	}
+	return authority.Found(r.snapshot(now))
+}
+
+// ListAuthorities lists rows whose key starts with prefix, limit at a time,
+// each page at the revision of the first page. A cursor expires (KindScanExpired)
+// only when etcd compacted past that revision.
+func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
+	if err := authority.ValidateScanLimit(limit); err != nil {
+		return authority.ScanResult{}, err
+	}
+	if strings.IndexByte(prefix, 0) >= 0 {
+		return authority.ScanResult{}, authority.Invalid("Authority scan prefix must not contain NUL.")
+	}
+	var pos authority.ScanPosition
+	if cursor != "" {
+		p, err := authority.DecodeScanCursor(cursor, s.keys.ns, prefix)
+		if err != nil {
+			return authority.ScanResult{}, err
+		}
+		pos = p
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.ScanResult{}, err
+	}
+	base := s.keys.rowsPrefix()
+	from := base + prefix
+	if cursor != "" {
+		from = base + string(pos.After) + "\x00"
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(prefixEnd(base + prefix)), clientv3.WithLimit(int64(limit))}
+	if pos.Revision > 0 {
+		opts = append(opts, clientv3.WithRev(pos.Revision))
+	}
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	resp, err := s.kv.Get(rctx, from, opts...)
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return authority.ScanResult{Kind: authority.KindScanExpired}, nil
+		}
+		if errors.Is(err, rpctypes.ErrFutureRev) {
+			return authority.ScanResult{}, authority.Invalid("Authority scan cursor is invalid.")
+		}
+		return authority.ScanResult{}, mapError(err, false)
+	}
+	rev := pos.Revision
+	if rev == 0 {
+		rev = resp.Header.Revision
+	}
+	now := s.clock.Now()
+	out := authority.ScanResult{Kind: authority.KindPage, Items: make([]authority.ScanItem, 0, len(resp.Kvs))}
+	for _, kv := range resp.Kvs {
+		key := authority.Key(strings.TrimPrefix(string(kv.Key), base))
+		r, err := s.decodeRow(key, kv)
+		if err != nil {
+			return authority.ScanResult{}, err
+		}
+		out.Items = append(out.Items, authority.ScanItem{Key: key, Snapshot: r.snapshot(now)})
+	}
+	if resp.More && len(out.Items) > 0 {
+		out.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
+			Scope: s.keys.ns, Prefix: prefix, Revision: rev, After: out.Items[len(out.Items)-1].Key,
+		})
+	}
+	return out, nil
+}

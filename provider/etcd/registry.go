@@ -1,0 +1,171 @@
+package etcd
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Registry grants owner leases: an etcd lease per owner generation, kept
+// alive, with the owner's liveness key attached to it.
+type Registry struct{ s *Store }
+
+// Registry returns the store's owner registry.
+func (s *Store) Registry() *Registry { return &Registry{s} }
+
+// OwnerLease is one lease generation of an owner on a node lifecycle. While
+// it is held its liveness key exists and the owner's writes pass the
+// isTargetLive fence; once the lease is lost (Done closed) they fail.
+type OwnerLease struct {
+	token     authority.OwnerToken
+	node      authority.NodeDescriptor
+	lifecycle int64
+	lease     clientv3.LeaseID
+	r         *Registry
+	done      chan struct{}
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Acquire takes the next lease generation of ownerID on node at lifecycle:
+// it bumps the owner's generation key, grants a lease of ttl, writes the
+// liveness key on it (both in one Txn) and keeps the lease alive until Close
+// or until it is lost. A later Acquire of the same owner is a new generation;
+// move the rows with rebindOwnerLease (or RebindRows).
+func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (*OwnerLease, error) {
+	if err := authority.RequireText(ownerID, "owner ID"); err != nil {
+		return nil, err
+	}
+	s := r.s
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	grant, err := s.client.Grant(rctx, int64(max(ttl, 2*time.Second)/time.Second))
+	if err != nil {
+		return nil, mapError(err, false)
+	}
+	revoke := func() { _, _ = s.client.Revoke(context.WithoutCancel(ctx), grant.ID) }
+	genKey := s.keys.ownerGen(ownerID)
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAttempts {
+			revoke()
+			return nil, authority.Wrap(authority.ErrUnavailable, "owner generation contention", errContention)
+		}
+		resp, err := s.kv.Get(rctx, genKey)
+		if err != nil {
+			revoke()
+			return nil, mapError(err, false)
+		}
+		var gen, rev int64
+		if len(resp.Kvs) > 0 {
+			rev = resp.Kvs[0].ModRevision
+			if gen, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64); err != nil {
+				revoke()
+				return nil, corrupt(genKey, err)
+			}
+		}
+		token := authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: gen + 1}
+		live := livenessRecord{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: ownerID, Lease: token.LeaseGeneration}
+		t := &txn{}
+		t.cmp(modRevIs(genKey, rev))
+		t.put(genKey, itoa(token.LeaseGeneration))
+		t.put(s.keys.liveness(node, lifecycle, token), live.encode(), clientv3.WithLease(grant.ID))
+		tresp, err := s.commit(rctx, t, "the owner lease")
+		if err != nil {
+			revoke()
+			return nil, err
+		}
+		if !tresp.Succeeded {
+			continue
+		}
+		kctx, stop := context.WithCancel(context.Background())
+		ch, err := s.client.KeepAlive(kctx, grant.ID)
+		if err != nil {
+			stop()
+			revoke()
+			return nil, mapError(err, false)
+		}
+		l := &OwnerLease{token: token, node: node, lifecycle: lifecycle, lease: grant.ID, r: r, done: make(chan struct{}), stop: stop}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer close(l.done)
+			for range ch {
+			}
+		}()
+		return l, nil
+	}
+}
+
+// Token returns the owner token of this lease generation.
+func (l *OwnerLease) Token() authority.OwnerToken { return l.token }
+
+// Done is closed when the lease is lost (expired, revoked, or Close).
+func (l *OwnerLease) Done() <-chan struct{} { return l.done }
+
+// Close stops the keep-alive and revokes the lease: the liveness key goes,
+// the owner's rows stay.
+func (l *OwnerLease) Close(ctx context.Context) error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.stop()
+		l.wg.Wait()
+		rctx, cancel := l.r.s.requestContext(ctx)
+		defer cancel()
+		if _, e := l.r.s.client.Revoke(rctx, l.lease); e != nil {
+			err = mapError(e, true)
+		}
+	})
+	return err
+}
+
+// RebindRows moves every row of from (an older lease generation of the same
+// owner) to this lease with rebindOwnerLease, keeping payloads. It returns
+// how many rows it moved; rows that changed meanwhile are retried, reserved
+// rows are left to their creation.
+func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
+	s := l.r.s
+	prefix := s.keys.ownerRowsPrefix(from)
+	var moved int64
+	start := prefix
+	for {
+		rctx, cancel := s.requestContext(ctx)
+		idx, err := s.kv.Get(rctx, start, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(256))
+		cancel()
+		if err != nil {
+			return moved, mapError(err, false)
+		}
+		for _, kv := range idx.Kvs {
+			key := authority.Key(string(kv.Key)[len(prefix):])
+			for attempt := 0; attempt < maxAttempts; attempt++ {
+				cur, err := s.ReadAuthority(ctx, key)
+				if err != nil {
+					return moved, err
+				}
+				if cur.Kind != authority.KindSnapshot || cur.Snapshot.Owner() != from || cur.Snapshot.Allocation.State != authority.AllocationActive {
+					break
+				}
+				res, err := s.CompareExchangeAuthority(ctx, key, cur.Snapshot.StoreVersion,
+					authority.RebindOwnerLease(from, l.token, cur.Snapshot.Payload))
+				if err != nil {
+					return moved, err
+				}
+				if res.Kind == authority.KindStored {
+					moved++
+					break
+				}
+			}
+		}
+		if !idx.More || len(idx.Kvs) == 0 {
+			return moved, nil
+		}
+		start = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
+	}
+}

@@ -1,0 +1,103 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Relocations is the store's relocation blob store: blobs (≤ 1 MiB) under
+// ns/blobs/, expiring through the store's bucketed leases and checked against
+// the store's clock on read.
+type Relocations struct{ s *Store }
+
+var _ authority.RelocationStore = Relocations{}
+
+// Relocation returns the store's relocation blob store.
+func (s *Store) Relocation() Relocations { return Relocations{s} }
+
+// PutNew stores data under a new reference that expires after retention.
+func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
+	if err := authority.ValidateBlobPut(data, retention); err != nil {
+		return authority.BlobReceipt{}, err
+	}
+	if err := r.s.begin(ctx); err != nil {
+		return authority.BlobReceipt{}, err
+	}
+	now := r.s.clock.Now()
+	ref := authority.BlobReference(uuid.NewString())
+	expires := now.Add(retention)
+	var value bytes.Buffer
+	value.Grow(8 + len(data))
+	_ = binary.Write(&value, binary.BigEndian, expires.UnixNano())
+	value.Write(data)
+	err := r.s.leases.withLeases(ctx, []time.Duration{retention}, func(ids []clientv3.LeaseID) error {
+		t := &txn{}
+		key := r.s.keys.blob(string(ref))
+		t.cmp(modRevIs(key, 0))
+		t.put(key, value.String(), clientv3.WithLease(ids[0]))
+		resp, err := r.s.commit(ctx, t, "the relocation blob")
+		if err == nil && !resp.Succeeded {
+			err = errors.New("etcd: relocation blob reference collided")
+		}
+		return err
+	})
+	if err != nil {
+		return authority.BlobReceipt{}, err
+	}
+	return authority.BlobReceipt{Reference: ref, ExpiresAt: expires, StoreNow: now}, nil
+}
+
+// Read returns the blob (KindFound) or KindMissing once deleted or expired.
+func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
+	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
+		return authority.BlobReadResult{}, err
+	}
+	if err := r.s.begin(ctx); err != nil {
+		return authority.BlobReadResult{}, err
+	}
+	if _, err := uuid.Parse(string(ref)); err != nil {
+		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
+	}
+	resp, err := r.s.read(ctx, opGet(r.s.keys.blob(string(ref))))
+	if err != nil {
+		return authority.BlobReadResult{}, err
+	}
+	kv := firstKv(resp, 0)
+	if kv == nil {
+		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
+	}
+	if len(kv.Value) < 8 {
+		return authority.BlobReadResult{}, corrupt(string(kv.Key), nil)
+	}
+	expires := time.Unix(0, int64(binary.BigEndian.Uint64(kv.Value[:8])))
+	if !expires.After(r.s.clock.Now()) {
+		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
+	}
+	return authority.BlobReadResult{Kind: authority.KindFound, Bytes: bytes.Clone(kv.Value[8:])}, nil
+}
+
+// Delete removes the blob; deleting a missing blob is not an error.
+func (r Relocations) Delete(ctx context.Context, ref authority.BlobReference) error {
+	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
+		return err
+	}
+	if err := r.s.begin(ctx); err != nil {
+		return err
+	}
+	if _, err := uuid.Parse(string(ref)); err != nil {
+		return nil
+	}
+	rctx, cancel := r.s.requestContext(ctx)
+	defer cancel()
+	if _, err := r.s.kv.Delete(rctx, r.s.keys.blob(string(ref))); err != nil {
+		return mapError(err, true)
+	}
+	return nil
+}

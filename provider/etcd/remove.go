@@ -1,0 +1,84 @@
+package etcd
+
+import (
+	"context"
+	"strings"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// opsPerRemovedRow is what removing one row costs in a Txn: the row, its
+// capacity entry and its owner index entry.
+const opsPerRemovedRow = 3
+
+// RemoveAllByOwner deletes every row held by owner (through the owner
+// index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
+// by its ModRevision. It returns how many rows it removed.
+func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
+	if err := authority.ValidateOwner(owner); err != nil {
+		return 0, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	prefix := s.keys.ownerRowsPrefix(owner)
+	batch := max(1, s.maxOps/opsPerRemovedRow)
+	var removed int64
+	for failures := 0; failures < maxAttempts; {
+		rctx, cancel := s.requestContext(ctx)
+		idx, err := s.kv.Get(rctx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
+		cancel()
+		if err != nil {
+			return removed, mapError(err, false)
+		}
+		if len(idx.Kvs) == 0 {
+			return removed, nil
+		}
+		keys := make([]authority.Key, len(idx.Kvs))
+		gets := make([]clientv3.Op, len(idx.Kvs))
+		for i, kv := range idx.Kvs {
+			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
+			gets[i] = opGet(s.keys.row(keys[i]))
+		}
+		rows, err := s.read(ctx, gets...)
+		if err != nil {
+			return removed, err
+		}
+		t := &txn{}
+		n := int64(0)
+		for i, key := range keys {
+			r, err := s.rowFrom(rows, i, key)
+			if err != nil {
+				return removed, err
+			}
+			rowKey := s.keys.row(key)
+			if r == nil || r.owner != owner {
+				// a stale index entry (cannot happen through this store)
+				var rev int64
+				if r != nil {
+					rev = r.modRev
+				}
+				t.cmp(modRevIs(rowKey, rev))
+				t.del(s.keys.ownerRow(owner, key))
+				continue
+			}
+			t.cmp(modRevIs(rowKey, r.modRev))
+			t.del(rowKey)
+			t.del(s.keys.capacityRow(r.alloc, key))
+			t.del(s.keys.ownerRow(owner, key))
+			n++
+		}
+		resp, err := s.commit(ctx, t, "removing an owner's rows")
+		if err != nil {
+			return removed, err
+		}
+		if resp.Succeeded {
+			removed += n
+		} else {
+			// a row changed between the read and the Txn: read again
+			failures++
+		}
+	}
+	return removed, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+}

@@ -1,0 +1,280 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Default limits, matching etcd's server defaults.
+const (
+	// DefaultMaxTxnOps is etcd's default --max-txn-ops.
+	DefaultMaxTxnOps = 128
+	// DefaultMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB).
+	DefaultMaxRequestBytes = 1536 * 1024
+	// DefaultReservationRetention is how long a reservation terminal is kept.
+	DefaultReservationRetention = 24 * time.Hour
+)
+
+// MinServerVersion is the oldest etcd server New accepts.
+const MinServerVersion = "3.5.0"
+
+// Config configures New. Either Client or Endpoints must be set.
+type Config struct {
+	// Client is an existing client; the store does not close it. When nil,
+	// New dials Endpoints with the TLS, credential and timeout settings below.
+	Client *clientv3.Client
+
+	// Endpoints of the etcd cluster (when Client is nil).
+	Endpoints []string
+	// CAFile, CertFile and KeyFile turn TLS on (CAFile alone: server
+	// verification only).
+	CAFile, CertFile, KeyFile string
+	// Username and Password authenticate to etcd.
+	Username, Password string
+	// DialTimeout bounds connecting (default 5 s).
+	DialTimeout time.Duration
+
+	// RequestTimeout bounds each etcd request (0: only the caller's context).
+	RequestTimeout time.Duration
+
+	// Namespace prefixes every key; it must end in "/" (default
+	// DefaultNamespace).
+	Namespace string
+	// Clock is the store's clock (default the wall clock).
+	Clock authority.Clock
+	// CapacityPolicy is the placement capacity policy (nil: every placement
+	// fits). SetCapacityPolicy replaces it.
+	CapacityPolicy authority.CapacityPolicy
+	// IdentityClaims reports keys claimed elsewhere (nil: none).
+	IdentityClaims authority.IdentityClaims
+
+	// MaxTxnOps is the server's --max-txn-ops (default 128); larger Txns are
+	// refused before sending.
+	MaxTxnOps int
+	// MaxRequestBytes is the server's --max-request-bytes (default 1.5 MiB);
+	// larger requests are refused before sending.
+	MaxRequestBytes int
+	// ReservationRetention is how long reservation terminals are kept
+	// (default DefaultReservationRetention).
+	ReservationRetention time.Duration
+
+	// SkipVersionCheck skips the server version check of New.
+	SkipVersionCheck bool
+}
+
+// Store is the etcd authority store. It is safe for concurrent use.
+type Store struct {
+	client     *clientv3.Client
+	ownsClient bool
+	kv         clientv3.KV
+	keys       layout
+	clock      authority.Clock
+	claims     authority.IdentityClaims
+	policy     atomic.Pointer[policyBox]
+	maxOps     int
+	maxBytes   int
+	retention  time.Duration
+	timeout    time.Duration
+	cache      *rowCache
+	leases     *leaseBuckets
+
+	mu     sync.Mutex
+	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
+	closed atomic.Bool
+}
+
+type policyBox struct{ p authority.CapacityPolicy }
+
+var (
+	_ authority.Store        = (*Store)(nil)
+	_ authority.ChangeWaiter = (*Store)(nil)
+)
+
+// New returns a store on the configured cluster.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if !strings.HasSuffix(cfg.Namespace, "/") || strings.IndexByte(cfg.Namespace, 0) >= 0 {
+		return nil, authority.Invalid("etcd namespace must end in \"/\".")
+	}
+	if cfg.MaxTxnOps == 0 {
+		cfg.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.MaxTxnOps < 8 || cfg.MaxRequestBytes < 64*1024 {
+		return nil, authority.Invalid("etcd limits must allow 8 operations and 64 KiB per request.")
+	}
+	if cfg.ReservationRetention <= 0 {
+		cfg.ReservationRetention = DefaultReservationRetention
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = authority.SystemClock{}
+	}
+	s := &Store{
+		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
+		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
+		timeout: cfg.RequestTimeout, cache: newRowCache(4096), marks: map[string]clientv3.LeaseID{},
+	}
+	s.policy.Store(&policyBox{cfg.CapacityPolicy})
+	if s.client == nil {
+		c, err := dial(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.client, s.ownsClient = c, true
+	}
+	s.kv = s.client.KV
+	s.leases = newLeaseBuckets(s)
+	if !cfg.SkipVersionCheck {
+		if err := s.checkServer(ctx); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func dial(cfg Config) (*clientv3.Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, authority.Invalid("etcd store needs a client or endpoints.")
+	}
+	cc := clientv3.Config{
+		Endpoints: cfg.Endpoints, Username: cfg.Username, Password: cfg.Password,
+		DialTimeout: cfg.DialTimeout, Logger: zap.NewNop(),
+		MaxCallSendMsgSize: max(2*1024*1024, cfg.MaxRequestBytes+256*1024),
+		MaxCallRecvMsgSize: 64 * 1024 * 1024,
+	}
+	if cc.DialTimeout == 0 {
+		cc.DialTimeout = 5 * time.Second
+	}
+	if cfg.CAFile != "" || cfg.CertFile != "" {
+		t := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, authority.Wrap(authority.ErrInvalidArgument, "read etcd CA file", err)
+			}
+			t.RootCAs = x509.NewCertPool()
+			if !t.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, authority.Invalid("etcd CA file holds no certificate.")
+			}
+		}
+		if cfg.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+			if err != nil {
+				return nil, authority.Wrap(authority.ErrInvalidArgument, "load etcd client certificate", err)
+			}
+			t.Certificates = []tls.Certificate{cert}
+		}
+		cc.TLS = t
+	}
+	c, err := clientv3.New(cc)
+	if err != nil {
+		return nil, mapError(err, false)
+	}
+	return c, nil
+}
+
+// checkServer refuses servers older than MinServerVersion.
+func (s *Store) checkServer(ctx context.Context) error {
+	eps := s.client.Endpoints()
+	if len(eps) == 0 {
+		return nil
+	}
+	ctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	st, err := s.client.Status(ctx, eps[0])
+	if err != nil {
+		return mapError(err, false)
+	}
+	if !versionAtLeast(st.Version, MinServerVersion) {
+		return authority.Wrap(authority.ErrUnsupportedServer,
+			fmt.Sprintf("etcd server %s is older than the minimum supported version %s", st.Version, MinServerVersion), nil)
+	}
+	return nil
+}
+
+func versionAtLeast(v, min string) bool {
+	parse := func(s string) [3]int {
+		var out [3]int
+		for i, part := range strings.SplitN(strings.SplitN(s, "-", 2)[0], ".", 3) {
+			n := 0
+			for _, c := range part {
+				if c < '0' || c > '9' {
+					break
+				}
+				n = n*10 + int(c-'0')
+			}
+			out[i] = n
+		}
+		return out
+	}
+	a, b := parse(v), parse(min)
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] > b[i]
+		}
+	}
+	return true
+}
+
+// Close releases the store's leases for MarkLive and closes the client when
+// the store dialled it. Rows and records stay.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.mu.Lock()
+	marks := s.marks
+	s.marks = map[string]clientv3.LeaseID{}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, id := range marks {
+		_, _ = s.client.Revoke(ctx, id)
+	}
+	if s.ownsClient {
+		return s.client.Close()
+	}
+	return nil
+}
+
+// Namespace returns the store's namespace.
+func (s *Store) Namespace() string { return s.keys.ns }
+
+// SetCapacityPolicy replaces the placement capacity policy (nil: every
+// placement fits).
+func (s *Store) SetCapacityPolicy(p authority.CapacityPolicy) { s.policy.Store(&policyBox{p}) }
+
+func (s *Store) capacityPolicy() authority.CapacityPolicy { return s.policy.Load().p }
+
+func (s *Store) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout > 0 {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return authority.ErrClosed
+	}
+	return ctx.Err()
+}
+
+var errContention = errors.New("too much contention")

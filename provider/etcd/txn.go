@@ -1,0 +1,117 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Per-operation overhead added to the byte estimate of a request (protobuf
+// framing, the raft entry header).
+const opOverhead = 48
+
+// txn collects one Txn: all conditions in cmps, the success ops in then, the
+// conflict reads in els, and an estimate of the request size.
+type txn struct {
+	cmps  []clientv3.Cmp
+	then  []clientv3.Op
+	els   []clientv3.Op
+	bytes int
+	seen  map[string]bool // keys written by then (etcd refuses duplicates)
+}
+
+func (t *txn) cmp(c clientv3.Cmp) {
+	t.cmps = append(t.cmps, c)
+	t.bytes += len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + opOverhead
+}
+
+func (t *txn) put(key, value string, opts ...clientv3.OpOption) {
+	t.then = append(t.then, clientv3.OpPut(key, value, opts...))
+	t.bytes += len(key) + len(value) + opOverhead
+	t.mark(key)
+}
+
+func (t *txn) del(key string) {
+	t.then = append(t.then, clientv3.OpDelete(key))
+	t.bytes += len(key) + opOverhead
+	t.mark(key)
+}
+
+func (t *txn) mark(key string) {
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	if t.seen[key] {
+		panic(fmt.Sprintf("etcd provider bug: key %q written twice in one txn", key))
+	}
+	t.seen[key] = true
+}
+
+func (t *txn) orGet(key string, opts ...clientv3.OpOption) {
+	t.els = append(t.els, clientv3.OpGet(key, opts...))
+	t.bytes += len(key) + opOverhead
+}
+
+// ops is the number etcd compares against --max-txn-ops.
+func (t *txn) ops() int { return max(len(t.cmps), len(t.then), len(t.els)) }
+
+// check refuses a Txn that cannot fit the configured limits.
+func (s *Store) check(t *txn, what string) error {
+	if n := t.ops(); n > s.maxOps {
+		return limitError(flagMaxTxnOps, fmt.Sprintf("%s needs %d operations in one transaction, more than %d; it", what, n, s.maxOps), nil)
+	}
+	if t.bytes > s.maxBytes {
+		return limitError(flagMaxRequestBytes, fmt.Sprintf("%s needs a request of about %d bytes, more than %d; it", what, t.bytes, s.maxBytes), nil)
+	}
+	return nil
+}
+
+// commit sends t after checking it fits. The caller checks Succeeded.
+func (s *Store) commit(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
+	if err := s.check(t, what); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+	if err != nil {
+		return nil, mapError(err, len(t.then) > 0)
+	}
+	return resp, nil
+}
+
+// read sends a read-only Txn of gets (one round trip, one revision).
+func (s *Store) read(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	ctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, mapError(err, false)
+	}
+	return resp, nil
+}
+
+// rangeKvs returns the key-values of the i-th response of a Txn, which must be
+// a range.
+func rangeKvs(resp *clientv3.TxnResponse, i int) []*mvccpbKV {
+	return resp.Responses[i].GetResponseRange().Kvs
+}
+
+type mvccpbKV = mvccpb.KeyValue
+
+// firstKv returns the first key-value of the i-th range response, or nil.
+func firstKv(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if kvs := rangeKvs(resp, i); len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// modRevIs compares a key's ModRevision (0: the key is absent).
+func modRevIs(key string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(key), "=", rev)
+}
+
+func opGet(key string) clientv3.Op { return clientv3.OpGet(key) }
