@@ -156,9 +156,6 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if err != nil {
 		return authority.AbortResult{}, err
 	}
-	if err := authority.RequireText(req.ReservationID, "creation reservation ID"); err != nil {
-		return authority.AbortResult{}, err
-	}
 	if err := s.begin(ctx); err != nil {
 		return authority.AbortResult{}, err
 	}

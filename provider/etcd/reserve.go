@@ -78,7 +78,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 				return authority.ReserveResult{}, err
 			}
 			if cur != nil || firstKv(resp, 1) == nil {
-				return s.reserveRefused(key, req, cur), nil
+				return s.reserveRefused(req, cur), nil
 			}
 			u, err := s.sumUsage(res.row.alloc.Descriptor, tg.NodeLifecycleGeneration, rangeKvs(resp, 2))
 			if err != nil {
@@ -110,7 +110,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 			return authority.ReserveResult{}, err
 		}
 		if cur != nil || firstKv(resp, 1) == nil {
-			return s.reserveRefused(key, req, cur), nil
+			return s.reserveRefused(req, cur), nil
 		}
 		// only the capacity fence failed: another write on the node; retry.
 	}
@@ -119,7 +119,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 
 // reserveRefused is the outcome when the row exists (cur) or the target is
 // not live (cur nil), in the seed's order.
-func (s *Store) reserveRefused(key authority.Key, req authority.ReserveRequest, cur *row) authority.ReserveResult {
+func (s *Store) reserveRefused(req authority.ReserveRequest, cur *row) authority.ReserveResult {
 	if cur == nil {
 		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(s.clock.Now())}
 	}
