@@ -74,7 +74,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	if !source.Equal(req.Capacity) {
 		return conflict, nil
 	}
-	s.adjust(s.pending, allocationEntries(target), 1)
+	s.adjust(countPending, s.cellEntries(target), 1)
 	s.aggregates[fence] = &aggregateRecord{request: req.Clone(), state: aggregatePrepared}
 	return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
 }
@@ -129,7 +129,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 		next.snap.StoreVersion = version(s.storeVersion)
 		next.snap.Payload = bytes.Clone(p.AuthorityPayload)
 		if p.OwnerTransition == authority.TransitionNewOwner {
-			s.adjust(s.active, r.meta.entries, -1)
+			s.adjust(countActive, r.meta.entries(), -1)
 			s.ownerGeneration++
 			next.snap.AuthorityOwnerGeneration = s.ownerGeneration
 			next.snap.OwnerID = req.TargetOwner.OwnerID
@@ -137,13 +137,13 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 			alloc := next.snap.Allocation
 			alloc.Descriptor = req.TargetDescriptor
 			alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-			next.setAllocation(alloc)
+			s.setAllocation(next, alloc)
 		}
 		s.putRow(next)
 	}
-	target := allocationEntries(req.TargetAllocation())
-	s.adjust(s.pending, target, -1)
-	s.adjust(s.active, target, 1)
+	target := s.cellEntries(req.TargetAllocation())
+	s.adjust(countPending, target, -1)
+	s.adjust(countActive, target, 1)
 	s.finishAggregate(fence, a, aggregateCommitted, now)
 	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
 }
@@ -169,7 +169,7 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	case a.state != aggregatePrepared:
 		return stale, nil
 	}
-	s.adjust(s.pending, allocationEntries(a.request.TargetAllocation()), -1)
+	s.adjust(countPending, s.cellEntries(a.request.TargetAllocation()), -1)
 	s.finishAggregate(fence, a, aggregateAborted, now)
 	return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
 }

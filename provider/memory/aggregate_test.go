@@ -151,7 +151,7 @@ func TestAggregatePrepareConflicts(t *testing.T) {
 	k3, s3 := e.spot("s3")
 	e.s.mu.Lock()
 	r := e.s.row(k3).successor()
-	r.setAllocation(authority.PlacementAllocation{
+	e.s.setAllocation(r, authority.PlacementAllocation{
 		State: authority.AllocationActive, ObjectKind: authority.ObjectUserSpot, StableType: "mail",
 		Descriptor: nodeA, DescriptorLifecycleGeneration: 1,
 		Capacity: authority.CapacityVector{Spots: 1, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: "mail", Count: 1}},
@@ -186,7 +186,7 @@ func TestAggregateCommitStale(t *testing.T) {
 	require.Equal(t, authority.KindStale, e.commitAggregate(req.Fence()), "participant changed")
 	// Nothing of the aggregate applied: row 1 is untouched.
 	require.Equal(t, s1.StoreVersion, e.read(k1).Snapshot.StoreVersion)
-	require.Equal(t, before.pending, e.state().pending)
+	require.Equal(t, before.counters, e.state().counters)
 	// It can still be aborted, releasing the target's capacity.
 	require.Equal(t, authority.KindAborted, e.abortAggregate(req.Fence()))
 	require.Equal(t, authority.CapacityUsage{}, e.usage(nodeB, authority.ObjectUserSpot, "chat"))

@@ -53,7 +53,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		if !ok {
 			return exhausted, nil
 		}
-		s.adjust(s.active, r.meta.entries, -1)
+		s.adjust(countActive, r.meta.entries(), -1)
 		s.deleteRow(r)
 		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: v, StoreNow: now}, nil
 	case authority.MutationRebindOwnerLease:
@@ -106,9 +106,9 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 	})
 	for _, r := range held {
 		if r.snap.Allocation.State == authority.AllocationActive {
-			s.adjust(s.active, r.meta.entries, -1)
+			s.adjust(countActive, r.meta.entries(), -1)
 		} else {
-			s.adjust(s.pending, r.meta.entries, -1)
+			s.adjust(countPending, r.meta.entries(), -1)
 		}
 		s.deleteRow(r)
 	}

@@ -14,29 +14,86 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 		return authority.CapacityUsage{}, err
 	}
 	defer s.mu.Unlock()
-	return authority.CapacityUsage{Active: s.active[counter], Reserved: s.pending[counter]}, nil
+	active, reserved := s.usage(counter)
+	return authority.CapacityUsage{Active: active, Reserved: reserved}, nil
 }
 
-// allocationEntries returns the capacity entries of an allocation.
-func allocationEntries(a authority.PlacementAllocation) []authority.CapacityEntry {
-	return authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
+// counterCell holds the counts of one capacity counter. Rows keep pointers
+// to their cells, so that moving capacity costs no map lookup.
+type counterCell struct {
+	counter         authority.CapacityCounter
+	active, pending int64
+	// dead marks a cell removed from the map once both counts were zero.
+	dead bool
 }
 
-// adjust adds sign times the capacity entries to counters (the seed's
-// adjustCapacity); a counter reaching zero is removed.
-func (s *Store) adjust(counters map[authority.CapacityCounter]int64, entries []authority.CapacityEntry, sign int64) {
-	for _, e := range entries {
-		next := counters[e.Counter] + sign*e.Count
+// cellEntry is a capacity entry: a count against a counter's cell.
+type cellEntry struct {
+	cell  *counterCell
+	count int64
+}
+
+// counterState says which count of a cell an adjustment moves.
+type counterState uint8
+
+const (
+	countActive counterState = iota
+	countPending
+)
+
+// cell returns the live cell of counter, creating it.
+func (s *Store) cell(counter authority.CapacityCounter) *counterCell {
+	c := s.counters[counter]
+	if c == nil {
+		c = &counterCell{counter: counter}
+		s.counters[counter] = c
+	}
+	return c
+}
+
+// cellEntries returns the capacity entries of an allocation (the seed's
+// capacityEntries) with their cells.
+func (s *Store) cellEntries(a authority.PlacementAllocation) []cellEntry {
+	entries := authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
+	cells := make([]cellEntry, len(entries))
+	for i, e := range entries {
+		cells[i] = cellEntry{cell: s.cell(e.Counter), count: e.Count}
+	}
+	return cells
+}
+
+// adjust adds sign times the entries' counts to their active or pending
+// counts (the seed's adjustCapacity); a cell whose counts are both zero is
+// removed.
+func (s *Store) adjust(state counterState, entries []cellEntry, sign int64) {
+	for i := range entries {
+		e := &entries[i]
+		c := e.cell
+		if c.dead {
+			c = s.cell(c.counter)
+		}
+		n := &c.active
+		if state == countPending {
+			n = &c.pending
+		}
+		*n += sign * e.count
 		switch {
-		case next < 0:
+		case *n < 0:
 			// The seed throws here too: the books no longer balance.
 			panic("memory: placement capacity counter underflow")
-		case next == 0:
-			delete(counters, e.Counter)
-		default:
-			counters[e.Counter] = next
+		case c.active == 0 && c.pending == 0:
+			c.dead = true
+			delete(s.counters, c.counter)
 		}
 	}
+}
+
+// usage returns the active and reserved counts of counter.
+func (s *Store) usage(counter authority.CapacityCounter) (active, reserved int64) {
+	if c := s.counters[counter]; c != nil {
+		return c.active, c.pending
+	}
+	return 0, 0
 }
 
 // hasPendingCapacity asks the capacity policy whether the allocation fits
@@ -49,8 +106,7 @@ func (s *Store) hasPendingCapacity(a *authority.PlacementAllocation) bool {
 	counters := authority.UsageCounters(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
 	var reserved, active [3]int64
 	for i, c := range counters {
-		reserved[i] = s.pending[c]
-		active[i] = s.active[c]
+		active[i], reserved[i] = s.usage(c)
 	}
 	n := len(counters)
 	return s.policy.PlacementCapacityAvailable(a.Descriptor, a.Capacity.Clone(),

@@ -85,7 +85,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		},
 		meta: &rowMeta{creation: creation{reservationID: reservationID, target: target}},
 	}
-	r.setAllocation(alloc)
+	s.setAllocation(r, alloc)
 	r.meta.pending = authority.PendingCreation{
 		ReservationID:           reservationID,
 		RequestContentReference: req.Intent.RequestContentReference,
@@ -101,7 +101,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	r.meta.pending.RequestSHA256 = buf[n:]
 	r.snap.PendingCreation = &r.meta.pending
 	s.putRow(r)
-	s.adjust(s.pending, r.meta.entries, 1)
+	s.adjust(countPending, r.meta.entries(), 1)
 	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshot(now)}, nil
 }
 
@@ -123,13 +123,13 @@ func (s *Store) reservedRow(key authority.Key, reservationID string, expected au
 // activate returns the active row a reserved row becomes, and moves its
 // capacity from reserved to active.
 func (s *Store) activate(r *row, v authority.StoreVersion, payload []byte) *row {
-	s.adjust(s.pending, r.meta.entries, -1)
+	s.adjust(countPending, r.meta.entries(), -1)
 	next := r.successor()
 	next.snap.StoreVersion = v
 	next.snap.Payload = bytes.Clone(payload)
 	next.snap.Allocation.State = authority.AllocationActive
 	next.snap.PendingCreation = nil
-	s.adjust(s.active, next.meta.entries, 1)
+	s.adjust(countActive, next.meta.entries(), 1)
 	return next
 }
 
@@ -210,7 +210,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		s.setReservationTerminal(req.ReservationID, reservationCommitted, now)
 		result = authority.CompleteCreationResult{Kind: authority.KindCreated, Ready: ready.snapshot(now)}
 	} else {
-		s.adjust(s.pending, r.meta.entries, -1)
+		s.adjust(countPending, r.meta.entries(), -1)
 		s.deleteRow(r)
 		state := reservationRejected
 		if req.Completion.Kind == authority.TerminalFailed {
@@ -279,7 +279,7 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if r == nil {
 		return authority.AbortResult{Kind: authority.KindStale}, nil
 	}
-	s.adjust(s.pending, r.meta.entries, -1)
+	s.adjust(countPending, r.meta.entries(), -1)
 	s.deleteRow(r)
 	s.setReservationTerminal(req.ReservationID, reservationAborted, now)
 	return authority.AbortResult{Kind: authority.KindAborted}, nil

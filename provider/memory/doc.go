@@ -9,8 +9,8 @@
 //     liveness oracle, the capacity policy, the identity claims) are called
 //     with that mutex held, as the seed called them inside its single JS
 //     turn: they must be quick and must not call back into the Store.
-//   - Rows are kept in a map and in an ordered index (a copy-on-write
-//     B-tree), so a listing page costs O(log n + limit). A listing reads a
+//   - Rows are kept in an ordered index (a copy-on-write B-tree), so a
+//     listing page costs O(log n + limit). A listing reads a
 //     pinned copy of the index taken when it started, so later writes never
 //     tear it; pinned copies are dropped after Options.ScanRetention, beyond
 //     Options.MaxPinnedScans, or by ExpireScans, and a cursor whose copy was

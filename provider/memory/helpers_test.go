@@ -158,7 +158,7 @@ func completion(kind authority.CompletionKind, op authority.CreationOperation, d
 type state struct {
 	revision, storeVersion, objectGeneration, ownerGeneration int64
 	rows, reservations, terminals, aggregates                 int
-	active, pending                                           map[authority.CapacityCounter]int64
+	counters                                                  map[authority.CapacityCounter]counterCell
 }
 
 func (e *env) state() state {
@@ -169,14 +169,14 @@ func (e *env) state() state {
 		objectGeneration: e.s.objectGeneration, ownerGeneration: e.s.ownerGeneration,
 		rows: e.s.index.Len(), reservations: len(e.s.reservationTerminals),
 		terminals: len(e.s.operationTerminals), aggregates: len(e.s.aggregates),
-		active: clone(e.s.active), pending: clone(e.s.pending),
+		counters: cells(e.s.counters),
 	}
 }
 
-func clone[K comparable, V any](m map[K]V) map[K]V {
-	c := make(map[K]V, len(m))
+func cells(m map[authority.CapacityCounter]*counterCell) map[authority.CapacityCounter]counterCell {
+	c := make(map[authority.CapacityCounter]counterCell, len(m))
 	for k, v := range m {
-		c[k] = v
+		c[k] = *v
 	}
 	return c
 }

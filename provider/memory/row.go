@@ -22,8 +22,10 @@ type rowMeta struct {
 	// creation is the reservation the row was created by (the seed's
 	// row.creation).
 	creation creation
-	// entries are the capacity entries of the row's allocation.
-	entries  []authority.CapacityEntry
+	// cells are the capacity entries of the row's allocation, with their
+	// counters resolved; entries() is the used part.
+	cells    [3]cellEntry
+	n        int
 	spotType authority.SpotTypeCapacity
 	pending  authority.PendingCreation
 }
@@ -43,14 +45,20 @@ func (r *row) successor() *row {
 	return n
 }
 
-// setAllocation gives the row a new allocation (and so new shared parts).
-func (r *row) setAllocation(a authority.PlacementAllocation) {
+// entries returns the row's capacity entries.
+func (m *rowMeta) entries() []cellEntry { return m.cells[:m.n] }
+
+// setAllocation gives r a new allocation (and so new shared parts).
+func (s *Store) setAllocation(r *row, a authority.PlacementAllocation) {
 	m := &rowMeta{creation: r.meta.creation}
 	if a.Capacity.SpotType != nil {
 		m.spotType = *a.Capacity.SpotType
 		a.Capacity.SpotType = &m.spotType
 	}
-	m.entries = authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
+	for _, e := range authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity) {
+		m.cells[m.n] = cellEntry{cell: s.cell(e.Counter), count: e.Count}
+		m.n++
+	}
 	r.snap.Allocation = a
 	r.meta = m
 }

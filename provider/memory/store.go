@@ -86,8 +86,7 @@ type Store struct {
 	reservationTerminals map[string]reservationTerminal
 	operationTerminals   map[string]*authority.TerminalRecord
 	aggregates           map[authority.Fence]*aggregateRecord
-	active               map[authority.CapacityCounter]int64
-	pending              map[authority.CapacityCounter]int64
+	counters             map[authority.CapacityCounter]*counterCell
 
 	reservationSweep fifo[sweepEntry[string]]
 	aggregateSweep   fifo[sweepEntry[authority.Fence]]
@@ -119,8 +118,7 @@ func New(opts Options) *Store {
 		reservationTerminals: make(map[string]reservationTerminal),
 		operationTerminals:   make(map[string]*authority.TerminalRecord),
 		aggregates:           make(map[authority.Fence]*aggregateRecord),
-		active:               make(map[authority.CapacityCounter]int64),
-		pending:              make(map[authority.CapacityCounter]int64),
+		counters:             make(map[authority.CapacityCounter]*counterCell),
 		watches:              make(map[authority.Key]*watch),
 	}
 	if s.clock == nil {

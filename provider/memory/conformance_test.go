@@ -1,0 +1,55 @@
+package memory
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testEpoch is where every test clock starts.
+var testEpoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// claimSet is a settable authority.IdentityClaims.
+type claimSet struct{ keys map[authority.Key]bool }
+
+func (c *claimSet) IdentityClaimed(key authority.Key) bool { return c.keys[key] }
+
+// newHarness builds a fresh store with every control the harness offers.
+func newHarness(t *testing.T) *conformance.Harness {
+	live := NewLiveSet()
+	clock := authority.NewManualClock(testEpoch)
+	store := New(Options{Liveness: live, Clock: clock})
+	claims := &claimSet{keys: map[authority.Key]bool{}}
+	return &conformance.Harness{
+		Store: store,
+		SetLive: func(_ testing.TB, node authority.NodeDescriptor, gen int64, owner authority.OwnerToken, isLive bool) {
+			live.Set(node, gen, owner, isLive)
+		},
+		SetCapacityPolicy: func(_ testing.TB, p authority.CapacityPolicy) { store.SetCapacityPolicy(p) },
+		ClaimIdentity: func(_ testing.TB, key authority.Key) {
+			// The store reads claims under its lock; replace the set under it.
+			next := &claimSet{keys: map[authority.Key]bool{key: true}}
+			for k := range claims.keys {
+				next.keys[k] = true
+			}
+			claims = next
+			store.SetIdentityClaims(next)
+		},
+		AdvanceClock: func(_ testing.TB, d time.Duration) { clock.Advance(d) },
+		Now:          clock.Now,
+		ExpireScans:  func(testing.TB) { store.ExpireScans() },
+		Relocation:   NewRelocationStore(clock),
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunAll(t, newHarness)
+}
