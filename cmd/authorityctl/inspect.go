@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rangeAll reads every key under prefix at one revision, in pages.
+func rangeAll(ctx context.Context, c *clientv3.Client, prefix string, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
+	var out []*mvccpb.KeyValue
+	var rev int64
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	start := prefix
+	for {
+		o := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(500)}, opts...)
+		if rev > 0 {
+			o = append(o, clientv3.WithRev(rev))
+		}
+		resp, err := c.Get(ctx, start, o...)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		out = append(out, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// raw runs f with a dialled client under --command-timeout.
+func (g *globals) raw(cmd *cobra.Command, f func(ctx context.Context, c *clientv3.Client) error) error {
+	ctx, cancel := g.commandContext(cmd.Context())
+	defer cancel()
+	c, _, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(ctx, c)
+}
+
+// ownerView is one live owner lease.
+type ownerView struct {
+	OwnerID             string `json:"ownerId"`
+	LeaseGeneration     int64  `json:"leaseGeneration"`
+	MeshName            string `json:"meshName"`
+	NodeRID             string `json:"nodeRid"`
+	LifecycleGeneration int64  `json:"lifecycleGeneration"`
+	Rows                int64  `json:"rows"`
+	LeaseID             string `json:"leaseId"`
+	GrantedTTLSeconds   int64  `json:"grantedTtlSeconds"`
+	TTLSeconds          int64  `json:"ttlSeconds"`
+	ExpiresAt           string `json:"expiresAt"`
+}
+
+func newOwnersCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "owners",
+		Short: "List live owner leases with the time they have left",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
+				owners, err := listOwners(ctx, c, g.namespace)
+				if err != nil {
+					return err
+				}
+				return render(g.stdout, g.output, owners, ownersTable(owners))
+			})
+		},
+	}
+}
+
+func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView, error) {
+	kvs, rev, err := rangeAll(ctx, c, ns+segOwners)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := []ownerView{}
+	for _, kv := range kvs {
+		l, err := decodeLiveness(kv)
+		if err != nil {
+			return nil, err
+		}
+		v := ownerView{OwnerID: l.OwnerID, LeaseGeneration: l.Lease, MeshName: l.MeshName, NodeRID: l.RID,
+			LifecycleGeneration: l.Lifecycle, LeaseID: fmt.Sprintf("%x", kv.Lease), TTLSeconds: -1}
+		if kv.Lease != 0 {
+			ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return nil, err
+			}
+			v.GrantedTTLSeconds, v.TTLSeconds = ttl.GrantedTTL, ttl.TTL
+			if ttl.TTL >= 0 {
+				v.ExpiresAt = rfc3339(now.Add(time.Duration(ttl.TTL) * time.Second))
+			}
+		}
+		idx := ns + segOwnerRows + esc(l.OwnerID) + "/" + strconv.FormatInt(l.Lease, 10) + "/"
+		cnt, err := c.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(rev))
+		if err != nil {
+			return nil, err
+		}
+		v.Rows = cnt.Count
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func ownersTable(owners []ownerView) *table {
+	t := &table{header: []string{"OWNER", "LEASE-GEN", "NODE", "ROWS", "TTL-LEFT"}, wide: []string{"LEASE-ID", "GRANTED-TTL"}}
+	for _, o := range owners {
+		left := "expired"
+		if o.TTLSeconds >= 0 {
+			left = age(time.Duration(o.TTLSeconds) * time.Second)
+		}
+		t.add(o.OwnerID, strconv.FormatInt(o.LeaseGeneration, 10), fmt.Sprintf("%s/%s@%d", o.MeshName, o.NodeRID, o.LifecycleGeneration),
+			strconv.FormatInt(o.Rows, 10), left, o.LeaseID, age(time.Duration(o.GrantedTTLSeconds)*time.Second))
+	}
+	return t
+}
+
+// capacityUsageView is the usage of one counter of one node lifecycle.
+type capacityUsageView struct {
+	MeshName            string `json:"meshName"`
+	NodeRID             string `json:"nodeRid"`
+	LifecycleGeneration int64  `json:"lifecycleGeneration"`
+	// Counter is "actor", "spot" (all Spots) or "<spot kind>:<stable type>".
+	Counter  string `json:"counter"`
+	Active   int64  `json:"active"`
+	Reserved int64  `json:"reserved"`
+	// Holders is how many rows and aggregates hold capacity on this counter.
+	Holders int `json:"holders"`
+}
+
+func newCapacityCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "capacity [NODE]",
+		Short: "Show active and reserved capacity per node and Spot type (NODE: RID or MESH/RID)",
+		Args:  maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			filter := ""
+			if len(args) == 1 {
+				filter = args[0]
+			}
+			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
+				usage, err := capacityUsage(ctx, c, g.namespace, filter)
+				if err != nil {
+					return err
+				}
+				if filter != "" && len(usage) == 0 {
+					return fmt.Errorf("node %q holds no capacity: %w", filter, errNotFound)
+				}
+				return render(g.stdout, g.output, usage, capacityTable(usage))
+			})
+		},
+	}
+}
+
+func capacityUsage(ctx context.Context, c *clientv3.Client, ns, filter string) ([]capacityUsageView, error) {
+	prefix := ns + segCapacity
+	kvs, _, err := rangeAll(ctx, c, prefix)
+	if err != nil {
+		return nil, err
+	}
+	sums := map[authority.CapacityCounter]*capacityUsageView{}
+	for _, kv := range kvs {
+		k, err := parseCapacityKey(string(kv.Key)[len(prefix):])
+		if err != nil {
+			return nil, fmt.Errorf("capacity key %q: %w", kv.Key, err)
+		}
+		if filter != "" && filter != k.node.RID && filter != k.node.MeshName+"/"+k.node.RID {
+			continue
+		}
+		vec, err := decodeCapacity(kv)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range authority.CapacityEntries(k.node, k.lifecycle, vec) {
+			u := sums[e.Counter]
+			if u == nil {
+				name := string(e.Counter.ObjectKind)
+				if e.Counter.StableType != "" {
+					name += ":" + e.Counter.StableType
+				}
+				u = &capacityUsageView{MeshName: k.node.MeshName, NodeRID: k.node.RID, LifecycleGeneration: k.lifecycle, Counter: name}
+				sums[e.Counter] = u
+			}
+			if k.state == authority.AllocationActive {
+				u.Active += e.Count
+			} else {
+				u.Reserved += e.Count
+			}
+			u.Holders++
+		}
+	}
+	out := make([]capacityUsageView, 0, len(sums))
+	for _, u := range sums {
+		out = append(out, *u)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.MeshName != b.MeshName {
+			return a.MeshName < b.MeshName
+		}
+		if a.NodeRID != b.NodeRID {
+			return a.NodeRID < b.NodeRID
+		}
+		if a.LifecycleGeneration != b.LifecycleGeneration {
+			return a.LifecycleGeneration < b.LifecycleGeneration
+		}
+		return counterRank(a.Counter) < counterRank(b.Counter)
+	})
+	return out, nil
+}
+
+// counterRank orders the actor counter, the Spot counter, then Spot types.
+func counterRank(c string) string {
+	switch c {
+	case string(authority.ObjectActor):
+		return "0"
+	case string(authority.CounterSpots):
+		return "1"
+	}
+	return "2" + c
+}
+
+func capacityTable(usage []capacityUsageView) *table {
+	t := &table{header: []string{"NODE", "COUNTER", "ACTIVE", "RESERVED"}, wide: []string{"HOLDERS"}}
+	for _, u := range usage {
+		t.add(fmt.Sprintf("%s/%s@%d", u.MeshName, u.NodeRID, u.LifecycleGeneration), u.Counter,
+			strconv.FormatInt(u.Active, 10), strconv.FormatInt(u.Reserved, 10), strconv.Itoa(u.Holders))
+	}
+	return t
+}
+
+// terminalView is a creation terminal.
+type terminalView struct {
+	Operation            string `json:"operation"`
+	SourceNodeRID        string `json:"sourceNodeRid"`
+	SourceNodeGeneration int64  `json:"sourceNodeGeneration"`
+	State                string `json:"state"`
+	ObjectKind           string `json:"objectKind"`
+	ReservationID        string `json:"reservationId"`
+	EnvelopeSize         int    `json:"envelopeSize"`
+	EnvelopeSHA256       string `json:"envelopeSha256"`
+	PublishedAt          string `json:"publishedAt"`
+	ExpiresAt            string `json:"expiresAt"`
+}
+
+func newTerminalsCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "terminals",
+		Short: "List unexpired creation terminals (the outcomes of Actor creations)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
+				kvs, _, err := rangeAll(ctx, c, g.namespace+segTerminals)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				out := []terminalView{}
+				t := &table{header: []string{"OPERATION", "STATE", "KIND", "RESERVATION", "EXPIRES-IN"}, wide: []string{"SOURCE", "ENVELOPE"}}
+				for _, kv := range kvs {
+					var w wireTerminal
+					if err := jsonValue(kv, &w); err != nil {
+						return err
+					}
+					if !w.ExpiresAt.After(now) {
+						continue // expired, awaiting its lease
+					}
+					v := terminalView{Operation: w.Operation.Key(), SourceNodeRID: w.Operation.SourceNodeRID,
+						SourceNodeGeneration: w.Operation.SourceNodeGeneration, State: w.State, ObjectKind: w.Kind,
+						ReservationID: w.Reservation, EnvelopeSize: len(w.Envelope), EnvelopeSHA256: hex.EncodeToString(w.EnvelopeSHA),
+						PublishedAt: rfc3339(w.StoreNow), ExpiresAt: rfc3339(w.ExpiresAt)}
+					out = append(out, v)
+					t.add(v.Operation, v.State, v.ObjectKind, v.ReservationID, until(w.ExpiresAt, now),
+						fmt.Sprintf("%s@%d", v.SourceNodeRID, v.SourceNodeGeneration), fmt.Sprintf("%d bytes", v.EnvelopeSize))
+				}
+				return render(g.stdout, g.output, out, t)
+			})
+		},
+	}
+}
+
+// reservationView is a reservation terminal.
+type reservationView struct {
+	ReservationID string `json:"reservationId"`
+	State         string `json:"state"`
+	ExpiresAt     string `json:"expiresAt"`
+}
+
+func newReservationsCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "reservations",
+		Short: "List reservation terminals (committed, rejected, failed, aborted reservations)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
+				prefix := g.namespace + segReservations
+				kvs, _, err := rangeAll(ctx, c, prefix)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				out := []reservationView{}
+				t := &table{header: []string{"RESERVATION", "STATE", "EXPIRES-IN"}}
+				for _, kv := range kvs {
+					var w wireReservation
+					if err := jsonValue(kv, &w); err != nil {
+						return err
+					}
+					if !w.ExpiresAt.After(now) {
+						continue
+					}
+					v := reservationView{ReservationID: unescape(string(kv.Key)[len(prefix):]), State: w.State, ExpiresAt: rfc3339(w.ExpiresAt)}
+					out = append(out, v)
+					t.add(v.ReservationID, v.State, until(w.ExpiresAt, now))
+				}
+				return render(g.stdout, g.output, out, t)
+			})
+		},
+	}
+}
+
+// participantView is one row of an aggregate.
+type participantView struct {
+	Key                  string `json:"key"`
+	ExpectedStoreVersion string `json:"expectedStoreVersion"`
+	OwnerTransition      string `json:"ownerTransition"`
+	PayloadSize          int    `json:"payloadSize"`
+}
+
+// aggregateView is an aggregate record.
+type aggregateView struct {
+	AggregateID               string            `json:"aggregateId"`
+	Generation                int64             `json:"generation"`
+	State                     string            `json:"state"`
+	TargetOwnerID             string            `json:"targetOwnerId"`
+	TargetLeaseGeneration     int64             `json:"targetLeaseGeneration"`
+	TargetMeshName            string            `json:"targetMeshName"`
+	TargetNodeRID             string            `json:"targetNodeRid"`
+	TargetLifecycleGeneration int64             `json:"targetLifecycleGeneration"`
+	Capacity                  capacityView      `json:"capacity"`
+	InventoryDigest           string            `json:"inventoryDigest"`
+	Participants              []participantView `json:"participants"`
+	Revision                  int64             `json:"revision"`
+}
+
+func newAggregatesCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "aggregates",
+		Short: "List aggregate records (prepared, committed, aborted)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
+				kvs, _, err := rangeAll(ctx, c, g.namespace+segAggregates)
+				if err != nil {
+					return err
+				}
+				out := []aggregateView{}
+				t := &table{header: []string{"AGGREGATE", "GEN", "STATE", "TARGET-OWNER", "TARGET-NODE", "PARTICIPANTS"},
+					wide: []string{"CAPACITY", "REVISION"}}
+				for _, kv := range kvs {
+					a, err := decodeAggregate(kv)
+					if err != nil {
+						return err
+					}
+					r := a.Request
+					v := aggregateView{AggregateID: r.AggregateID, Generation: r.AggregateGeneration, State: a.State,
+						TargetOwnerID: r.TargetOwner.OwnerID, TargetLeaseGeneration: r.TargetOwner.LeaseGeneration,
+						TargetMeshName: r.TargetDescriptor.MeshName, TargetNodeRID: r.TargetDescriptor.RID,
+						TargetLifecycleGeneration: r.TargetDescriptorLifecycleGeneration, Capacity: viewCapacity(r.Capacity),
+						InventoryDigest: hex.EncodeToString(r.InventoryDigest), Participants: []participantView{}, Revision: kv.ModRevision}
+					keys := make([]string, 0, len(r.Participants))
+					for _, p := range r.Participants {
+						v.Participants = append(v.Participants, participantView{Key: string(p.AuthorityKey),
+							ExpectedStoreVersion: string(p.ExpectedStoreVersion), OwnerTransition: string(p.OwnerTransition),
+							PayloadSize: len(p.AuthorityPayload)})
+						keys = append(keys, string(p.AuthorityKey))
+					}
+					out = append(out, v)
+					t.add(v.AggregateID, strconv.FormatInt(v.Generation, 10), v.State,
+						fmt.Sprintf("%s/%d", v.TargetOwnerID, v.TargetLeaseGeneration),
+						fmt.Sprintf("%s/%s@%d", v.TargetMeshName, v.TargetNodeRID, v.TargetLifecycleGeneration),
+						strings.Join(keys, ","), v.Capacity.String(), strconv.FormatInt(v.Revision, 10))
+				}
+				return render(g.stdout, g.output, out, t)
+			})
+		},
+	}
+}

@@ -1,0 +1,61 @@
+// Command authorityctl inspects and operates the etcd-backed authority store:
+// rows, owner leases, capacity, terminals, aggregates and reservations, plus
+// a doctor for the etcd cluster and a self-contained demo.
+//
+// It is read-only unless a command says otherwise: the only operator write
+// is remove-owner, behind --yes (or --dry-run to list what it would remove).
+//
+// Exit codes:
+//
+//	0  success
+//	1  the command failed (a missing row, a failed doctor check, a store error)
+//	2  usage error (bad flag, bad argument, unknown kind or command)
+//	3  cannot connect (endpoint unreachable within --dial-timeout, TLS files,
+//	   credentials)
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes (see the package comment).
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+	exitConnect = 3
+)
+
+// exitError is an error with the exit code it maps to.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(err error) error   { return &exitError{code: exitUsage, err: err} }
+func connectError(err error) error { return &exitError{code: exitConnect, err: err} }
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return exitFailure
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/zlink-systems/authority/internal/embedded"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+// The shared server of the package's tests, and the namespace the demo
+// workload populated on it before any test ran (so its revisions, and the
+// golden files, are deterministic).
+var (
+	testEndpoint string
+	testClient   *clientv3.Client
+)
+
+const goldenNS = "/golden/"
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(mainRunner{m}) }
+
+type mainRunner struct{ m *testing.M }
+
+func (r mainRunner) Run() int {
+	code, err := r.run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "authorityctl tests:", err)
+		return 1
+	}
+	return code
+}
+
+func (r mainRunner) run() (int, error) {
+	dir, err := os.MkdirTemp("", "authorityctl-test-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir})
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Close()
+	testEndpoint = srv.Endpoint()
+	testClient, err = clientv3.New(clientv3.Config{Endpoints: []string{testEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return 0, err
+	}
+	defer testClient.Close()
+	store, err := etcdstore.New(ctx, etcdstore.Config{Client: testClient, Namespace: goldenNS})
+	if err != nil {
+		return 0, err
+	}
+	defer store.Close()
+	leases, err := populateDemo(ctx, store, func(string, ...any) {})
+	defer func() {
+		for _, l := range leases {
+			_ = l.Close(context.Background())
+		}
+	}()
+	if err != nil {
+		return 0, err
+	}
+	return r.m.Run(), nil
+}

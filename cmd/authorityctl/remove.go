@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// removalView is what remove-owner did or would do.
+type removalView struct {
+	OwnerID         string    `json:"ownerId"`
+	LeaseGeneration int64     `json:"leaseGeneration"`
+	DryRun          bool      `json:"dryRun"`
+	Rows            []rowView `json:"rows"`
+	Removed         int64     `json:"removed"`
+}
+
+func newRemoveOwnerCommand(g *globals) *cobra.Command {
+	var gen int64
+	var yes, dryRun, force bool
+	cmd := &cobra.Command{
+		Use:   "remove-owner OWNER --lease-generation N (--dry-run | --yes)",
+		Short: "Delete every row held by one owner lease generation and release its capacity",
+		Long: `Delete every row (active or reserved) held by OWNER at --lease-generation
+and release its capacity (the store's RemoveAllByOwner). This is an operator
+write: it needs --yes; --dry-run lists the rows it would remove. An owner whose
+lease is still live is refused unless --force is given.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if gen < 1 {
+				return usageError(errors.New("--lease-generation is required (≥ 1)"))
+			}
+			if yes == dryRun {
+				return usageError(errors.New("remove-owner writes: pass exactly one of --yes or --dry-run"))
+			}
+			owner := authority.OwnerToken{OwnerID: args[0], LeaseGeneration: gen}
+			if err := authority.ValidateOwner(owner); err != nil {
+				return usageError(err)
+			}
+			ctx, cancel := g.commandContext(cmd.Context())
+			defer cancel()
+			s, c, done, err := g.store(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			live := g.namespace + segOwners + esc(owner.OwnerID) + "/" + strconv.FormatInt(gen, 10) + "/"
+			lr, err := c.Get(ctx, live, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return err
+			}
+			if lr.Count > 0 && !force && !dryRun {
+				return fmt.Errorf("owner %s lease generation %d is still live; refusing without --force", owner.OwnerID, gen)
+			}
+			out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun, Rows: []rowView{}}
+			if dryRun {
+				rows, err := ownerRows(ctx, g, c, s.ReadAuthority, owner)
+				if err != nil {
+					return err
+				}
+				out.Rows = rows
+				t := rowTable()
+				for _, r := range rows {
+					t.addRow(r)
+				}
+				if g.output == outputTable || g.output == outputWide {
+					fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)
+				}
+				if lr.Count > 0 {
+					fmt.Fprintf(g.stderr, "warning: owner %s lease generation %d is live; --yes would also need --force\n", owner.OwnerID, gen)
+				}
+				return render(g.stdout, g.output, out, t)
+			}
+			n, err := s.RemoveAllByOwner(ctx, owner)
+			out.Removed = n
+			if err != nil {
+				return fmt.Errorf("removed %d rows, then: %w", n, err)
+			}
+			t := &table{header: []string{"OWNER", "LEASE-GEN", "REMOVED"}}
+			t.add(owner.OwnerID, strconv.FormatInt(gen, 10), strconv.FormatInt(n, 10))
+			return render(g.stdout, g.output, out, t)
+		},
+	}
+	cmd.Flags().Int64Var(&gen, "lease-generation", 0, "the owner's lease generation whose rows to remove")
+	cmd.Flags().BoolVar(&yes, "yes", false, "really delete the rows")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only list the rows that would be removed")
+	cmd.Flags().BoolVar(&force, "force", false, "remove even though the owner's lease is live")
+	return cmd
+}
+
+// ownerRows reads the rows of owner through the provider's owner index.
+func ownerRows(ctx context.Context, g *globals, c *clientv3.Client,
+	read func(context.Context, authority.Key) (authority.ReadResult, error), owner authority.OwnerToken) ([]rowView, error) {
+	prefix := g.namespace + segOwnerRows + esc(owner.OwnerID) + "/" + strconv.FormatInt(owner.LeaseGeneration, 10) + "/"
+	kvs, _, err := rangeAll(ctx, c, prefix, clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	out := []rowView{}
+	for _, kv := range kvs {
+		key := authority.Key(string(kv.Key)[len(prefix):])
+		r, err := read(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if r.Kind == authority.KindSnapshot && r.Snapshot.Owner() == owner {
+			out = append(out, viewRow(key, r.Snapshot))
+		}
+	}
+	return out, nil
+}

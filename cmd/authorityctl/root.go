@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+)
+
+// envPrefix prefixes the environment variable of every global flag
+// (--dial-timeout: AUTHORITYCTL_DIAL_TIMEOUT). A flag on the command line
+// wins over its variable.
+const envPrefix = "AUTHORITYCTL_"
+
+// globals are the connection and output settings every command shares.
+type globals struct {
+	endpoints      []string
+	namespace      string
+	cacert         string
+	cert           string
+	key            string
+	user           string
+	password       string
+	dialTimeout    time.Duration
+	commandTimeout time.Duration
+	output         string
+
+	stdout, stderr io.Writer
+	env            func(string) string
+}
+
+const rootLong = `authorityctl inspects and operates the etcd-backed authority store.
+
+It is read-only unless a command says otherwise; remove-owner is the only
+operator write and needs --yes.
+
+Every global flag can also be set through an environment variable named
+AUTHORITYCTL_<FLAG> (for example AUTHORITYCTL_ENDPOINTS, AUTHORITYCTL_PASSWORD);
+a flag on the command line wins. The password is never prompted for.
+
+Exit codes:
+  0  success
+  1  the command failed (a missing row, a failed doctor check, a store error)
+  2  usage error (bad flag, bad argument, unknown kind or command)
+  3  cannot connect (unreachable endpoint, TLS files, credentials)`
+
+// newRootCommand builds the command tree writing to stdout and stderr and
+// reading environment variables through env.
+func newRootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr, env: env}
+	root := &cobra.Command{
+		Use:           "authorityctl",
+		Short:         "Inspect and operate the etcd-backed authority store",
+		Long:          rootLong,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.prepare(cmd)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageError(errors.New("a command is required"))
+		},
+		Args: cobra.NoArgs,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	pf := root.PersistentFlags()
+	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
+	pf.StringVar(&g.namespace, "namespace", etcdstore.DefaultNamespace, "key prefix of the store (must end in \"/\")")
+	pf.StringVar(&g.cacert, "cacert", "", "verify the server's certificate with this CA bundle (turns TLS on)")
+	pf.StringVar(&g.cert, "cert", "", "client certificate file (TLS, with --key)")
+	pf.StringVar(&g.key, "key", "", "client private key file (TLS, with --cert)")
+	pf.StringVar(&g.user, "user", "", "etcd user name (\"name\" or \"name:password\")")
+	pf.StringVar(&g.password, "password", "", "etcd password (prefer AUTHORITYCTL_PASSWORD)")
+	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "how long to wait for an endpoint to answer")
+	pf.DurationVar(&g.commandTimeout, "command-timeout", 30*time.Second, "bound on one command (not watch or demo)")
+	pf.StringVarP(&g.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|"))
+
+	root.AddCommand(
+		newGetCommand(g), newListCommand(g), newWatchCommand(g),
+		newOwnersCommand(g), newCapacityCommand(g),
+		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
+		newDoctorCommand(g), newRemoveOwnerCommand(g), newDemoCommand(g),
+	)
+	for _, c := range root.Commands() {
+		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	}
+	return root
+}
+
+// prepare applies the AUTHORITYCTL_* variables to the global flags not set on
+// the command line, then checks the flags.
+func (g *globals) prepare(cmd *cobra.Command) error {
+	var err error
+	cmd.Root().PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || g.env == nil {
+			return
+		}
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := g.env(name); v != "" {
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				// replace the default instead of appending to it
+				err = sv.Replace(strings.Split(v, ","))
+			} else {
+				err = f.Value.Set(v)
+			}
+			if err != nil {
+				err = usageError(fmt.Errorf("invalid %s=%q: %v", name, v, err))
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(outputFormats, g.output) {
+		return usageError(fmt.Errorf("unknown output format %q (want one of %s)", g.output, strings.Join(outputFormats, ", ")))
+	}
+	if !strings.HasSuffix(g.namespace, "/") {
+		return usageError(fmt.Errorf("--namespace %q must end in \"/\"", g.namespace))
+	}
+	if len(g.endpoints) == 0 {
+		return usageError(errors.New("--endpoints is empty"))
+	}
+	if g.dialTimeout <= 0 || g.commandTimeout <= 0 {
+		return usageError(errors.New("--dial-timeout and --command-timeout must be positive"))
+	}
+	if (g.cert == "") != (g.key == "") {
+		return usageError(errors.New("--cert and --key must be given together"))
+	}
+	return nil
+}
+
+// commandContext bounds a short-running command by --command-timeout.
+func (g *globals) commandContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.commandTimeout)
+}
+
+// exactArgs is cobra.ExactArgs reporting a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
+// maxArgs is cobra.MaximumNArgs reporting a usage error.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.MaximumNArgs(n)(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
+// run executes the command line args and returns the exit code, printing
+// errors (and, for usage errors, the command's usage) to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
+	root := newRootCommand(stdout, stderr, env)
+	if args == nil {
+		args = []string{} // cobra would read os.Args
+	}
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") {
+		err = usageError(err)
+	}
+	code := exitCode(err)
+	fmt.Fprintf(stderr, "Error: %v\n", err)
+	if code == exitUsage && cmd != nil {
+		fmt.Fprintf(stderr, "\n%s", cmd.UsageString())
+	}
+	return code
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// errNotFound reports a row that does not exist.
+var errNotFound = errors.New("not found")
+
+func newGetCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get KIND ID",
+		Short: "Show one authority row (KIND: actor, user_spot, instance_spot)",
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := parseKind(args[0])
+			if err != nil {
+				return err
+			}
+			key, err := authority.EncodeKey(kind, args[1])
+			if err != nil {
+				return usageError(err)
+			}
+			ctx, cancel := g.commandContext(cmd.Context())
+			defer cancel()
+			s, _, done, err := g.store(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := s.ReadAuthority(ctx, key)
+			if err != nil {
+				return err
+			}
+			if r.Kind != authority.KindSnapshot {
+				return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
+			}
+			v := viewRow(key, r.Snapshot)
+			t := rowTable()
+			t.addRow(v)
+			return render(g.stdout, g.output, v, t)
+		},
+	}
+}
+
+// listView is the JSON/YAML form of list.
+type listView struct {
+	Items []rowView `json:"items"`
+	// Continue is set when --all was not given and more rows follow.
+	More bool `json:"more,omitempty"`
+}
+
+func newListCommand(g *globals) *cobra.Command {
+	var limit int
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List authority rows whose key starts with PREFIX (e.g. user_spot/)",
+		Long: `List authority rows in key order, through the store's paged, consistent
+listing. Without --all only the first page (--limit rows) is shown.`,
+		Args: maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := authority.ValidateScanLimit(limit); err != nil {
+				return usageError(fmt.Errorf("--limit must be 1..%d", authority.MaxScanLimit))
+			}
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			ctx, cancel := g.commandContext(cmd.Context())
+			defer cancel()
+			s, _, done, err := g.store(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			out := listView{Items: []rowView{}}
+			t := rowTable()
+			var cursor authority.ScanCursor
+			for {
+				page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
+				if err != nil {
+					return err
+				}
+				if page.Kind == authority.KindScanExpired {
+					return errors.New("the listing expired (etcd compacted its revision); run list again")
+				}
+				for _, it := range page.Items {
+					v := viewRow(it.Key, it.Snapshot)
+					out.Items = append(out.Items, v)
+					t.addRow(v)
+				}
+				cursor = page.NextCursor
+				if cursor == "" {
+					break
+				}
+				if !all {
+					out.More = true
+					fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
+					break
+				}
+			}
+			return render(g.stdout, g.output, out, t)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 500, "rows per page (1..1000)")
+	cmd.Flags().BoolVar(&all, "all", false, "page through every row")
+	return cmd
+}
+
+// eventView is one watched row change.
+type eventView struct {
+	Revision int64    `json:"revision"`
+	Type     string   `json:"type"`
+	Key      string   `json:"key"`
+	Row      *rowView `json:"row,omitempty"`
+}
+
+func newWatchCommand(g *globals) *cobra.Command {
+	var rev int64
+	var count int
+	cmd := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Stream changes of authority rows whose key starts with PREFIX",
+		Long: `Stream row changes (put, delete) as they happen, from --rev when given
+(replaying history still held by etcd). One line (table), one JSON object per
+line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
+--count changes.`,
+		Args: maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := g.namespace + segRows
+			if len(args) == 1 {
+				prefix += args[0]
+			}
+			ctx := cmd.Context()
+			c, _, err := g.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			if rev > 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			if g.output == outputTable || g.output == outputWide {
+				fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
+			}
+			seen := 0
+			for wr := range c.Watch(clientv3.WithRequireLeader(wctx), prefix, opts...) {
+				if err := wr.Err(); err != nil {
+					return fmt.Errorf("watch: %w", err)
+				}
+				for _, ev := range wr.Events {
+					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT", Key: string(ev.Kv.Key[len(g.namespace)+len(segRows):])}
+					if ev.Type == clientv3.EventTypeDelete {
+						v.Type = "DELETE"
+					} else if s, err := decodeRow(ev.Kv); err == nil {
+						rv := viewRow(authority.Key(v.Key), s)
+						v.Row = &rv
+					}
+					if err := writeEvent(g, v); err != nil {
+						return err
+					}
+					seen++
+					if count > 0 && seen >= count {
+						return nil
+					}
+				}
+			}
+			return ctx.Err()
+		},
+	}
+	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now)")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many changes (0: never)")
+	return cmd
+}
+
+func writeEvent(g *globals, v eventView) error {
+	switch g.output {
+	case outputJSON:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+		return err
+	case outputYAML:
+		b, err := toYAML(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(g.stdout, "---\n%s", b)
+		return err
+	}
+	detail := "-"
+	if v.Row != nil {
+		detail = fmt.Sprintf("%s owner=%s/%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
+			v.Row.OwnerLeaseGeneration, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
+			v.Row.StoreVersion, v.Row.Payload.String())
+	}
+	_, err := fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, v.Key, detail)
+	return err
+}
