@@ -1,0 +1,14 @@
+package faults_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/zlink-systems/authority/internal/etcdcluster"
+)
+
+func TestMain(m *testing.M) {
+	etcdcluster.RunMemberIfRequested()
+	goleak.VerifyTestMain(m)
+}
