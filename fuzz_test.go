@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	authority "github.com/zlink-systems/authority"
 )
@@ -22,7 +23,9 @@ func validKindName(k string) bool {
 	return true
 }
 
-func validGlobalID(id string) bool { return id != "" && !strings.Contains(id, "\x00") }
+func validGlobalID(id string) bool {
+	return id != "" && !strings.Contains(id, "\x00") && utf8.ValidString(id)
+}
 
 // FuzzKeyRoundTrip checks EncodeKey→DecodeKey is the identity, that EncodeKey
 // rejects exactly the invalid inputs, and that DecodeKey of arbitrary text

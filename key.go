@@ -2,6 +2,7 @@ package authority
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // ObjectKind names the kind of object an authority row describes.
@@ -110,7 +111,11 @@ func DecodeKey(key Key) (ObjectKey, error) {
 		}
 		b.WriteByte(c)
 	}
-	return ObjectKey{Kind: kind, GlobalID: b.String()}, nil
+	id := b.String()
+	if !utf8.ValidString(id) {
+		return ObjectKey{}, Invalid("object global ID must be valid UTF-8.")
+	}
+	return ObjectKey{Kind: kind, GlobalID: id}, nil
 }
 
 // KindPrefix returns the listing prefix of every key of kind ("<kind>/").

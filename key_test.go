@@ -31,8 +31,6 @@ var trickyIDs = []string{
 	"日本語/キー",
 	"emoji 🎉",
 	"\u2028",
-	"\xff\xfe invalid utf-8",
-	"\xc3",
 	" ",
 	"user_spot/x",
 	"actor/",
@@ -109,9 +107,9 @@ func TestKeyInjective(t *testing.T) {
 	seen := map[authority.Key]authority.ObjectKey{}
 	kinds := []authority.ObjectKind{authority.ObjectActor, authority.ObjectUserSpot, "user", "user_"}
 	ids := append([]string{}, trickyIDs...)
-	// Every single byte except NUL, and every two-byte combination of the
+	// Every single ASCII byte except NUL, and every two-byte combination of the
 	// interesting ones.
-	for b := 1; b < 256; b++ {
+	for b := 1; b < 128; b++ {
 		ids = append(ids, string([]byte{byte(b)}))
 	}
 	special := []string{"%", "/", "2", "F", "5", "\x01", "a", "_"}
@@ -227,6 +225,7 @@ func TestDecodeKeyRejects(t *testing.T) {
 		{"actor/%C3%A9", nonCanonMsg}, // UTF-8 bytes are not escaped
 		{"actor/%FF", nonCanonMsg},
 		{"actor/%00", nonCanonMsg}, // NUL is never in an ID
+		{"actor/\xff", "object global ID must be valid UTF-8."},
 		{"actor/%G0", nonCanonMsg},
 		{"actor/%0G", nonCanonMsg},
 		{"actor/%-1", nonCanonMsg},

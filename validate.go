@@ -12,13 +12,28 @@ import (
 // maxCapacityCount bounds each count of a capacity vector.
 const maxCapacityCount = 0x7fff_ffff
 
-// RequireText checks that value is non-empty text without NUL; name is used in
-// the error message.
+// RequireText checks that value is non-empty text without NUL, in valid UTF-8;
+// name is used in the error message.
 func RequireText(value, name string) error {
 	if value == "" || strings.IndexByte(value, 0) >= 0 {
 		return Invalid(name + " must be non-empty text without NUL.")
 	}
+	if !utf8.ValidString(value) {
+		return Invalid(name + " must be valid UTF-8.")
+	}
 	return nil
+}
+
+// validateTarget checks the node and owner a row is placed on: they are stored
+// in the row and keyed in the owner index and capacity counters.
+func validateTarget(node NodeDescriptor, owner OwnerToken) error {
+	if err := RequireText(node.MeshName, "target mesh name"); err != nil {
+		return err
+	}
+	if err := RequireText(node.RID, "target node RID"); err != nil {
+		return err
+	}
+	return RequireText(owner.OwnerID, "target owner ID")
 }
 
 // ValidatePayload checks an authority payload's size.
@@ -51,7 +66,7 @@ func ValidateCapacityVector(c CapacityVector) error {
 	}
 	if allZero || c.SpotType != nil && (c.SpotType.Count == 0 || !c.SpotType.ObjectKind.IsSpot() ||
 		strings.IndexByte(string(c.SpotType.ObjectKind), 0) >= 0 ||
-		strings.IndexByte(c.SpotType.StableType, 0) >= 0) {
+		strings.IndexByte(c.SpotType.StableType, 0) >= 0 || !utf8.ValidString(c.SpotType.StableType)) {
 		return Invalid("Placement capacity vector is invalid.")
 	}
 	return nil
@@ -116,6 +131,9 @@ func ValidateReserve(req ReserveRequest) (Key, error) {
 		return "", err
 	}
 	if err := ValidateCapacityVector(req.Capacity); err != nil {
+		return "", err
+	}
+	if err := validateTarget(req.Target.Descriptor(), req.Target.Owner); err != nil {
 		return "", err
 	}
 	if len(req.Intent.RequestSHA256) != sha256.Size ||
@@ -225,6 +243,9 @@ func ValidateAggregatePrepare(req AggregatePrepareRequest) error {
 		return Invalid("Aggregate inventory digest must contain 32 bytes.")
 	}
 	if err := ValidateCapacityVector(req.Capacity); err != nil {
+		return err
+	}
+	if err := validateTarget(req.TargetDescriptor, req.TargetOwner); err != nil {
 		return err
 	}
 	for i, p := range req.Participants {
