@@ -12,7 +12,8 @@ import (
 )
 
 // TestScenariosEtcd runs every coordinator scenario on the etcd provider,
-// against one embedded etcd server, each scenario in its own namespace.
+// against one embedded etcd server (or the external cluster of
+// AUTHORITY_ETCD_ENDPOINTS, see etcdtest), each scenario in its own namespace.
 func TestScenariosEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("embedded etcd: skipped with -short")

@@ -5,6 +5,20 @@
 // A test package usually starts one server in TestMain (start-up takes about
 // a second) with StartMain, and gives each test its own random namespace
 // (Namespace).
+//
+// # External clusters
+//
+// When the environment variable AUTHORITY_ETCD_ENDPOINTS is set
+// (comma-separated host:port or URLs), Start and StartMain connect to that
+// cluster instead of starting a server (see EnvEndpoints and the other Env
+// names for TLS, credentials and the key prefix). Close then leaves the
+// cluster running. Clients of an external Server refuse (ErrOutsideNamespace)
+// every request that reaches outside the namespace root (Root), so a test run
+// never reads or writes a key of the cluster's other users; Close revokes the
+// leases the run granted and deletes every namespace it wrote to. Tests that
+// need what only an embedded server offers (custom server limits, compacting
+// the whole keyspace, asserting that no other key exists) call
+// SkipIfExternal.
 package etcdtest
 
 import (
@@ -14,6 +28,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +49,8 @@ type options struct {
 	autoCompactionMode     string
 	autoCompactionRetained string
 	dir                    string
+	// serverSettings names the options an external cluster cannot honour.
+	serverSettings []string
 }
 
 // Option configures Start.
@@ -44,34 +61,63 @@ type Option func(*options)
 func WithFsync(on bool) Option { return func(o *options) { o.fsync = on } }
 
 // WithMaxTxnOps sets the server's --max-txn-ops (default 128).
-func WithMaxTxnOps(n uint) Option { return func(o *options) { o.maxTxnOps = n } }
+func WithMaxTxnOps(n uint) Option {
+	return func(o *options) { o.maxTxnOps = n; o.serverSettings = append(o.serverSettings, "--max-txn-ops") }
+}
 
 // WithMaxRequestBytes sets the server's --max-request-bytes (default 1.5 MiB).
-func WithMaxRequestBytes(n uint) Option { return func(o *options) { o.maxRequestBytes = n } }
+func WithMaxRequestBytes(n uint) Option {
+	return func(o *options) {
+		o.maxRequestBytes = n
+		o.serverSettings = append(o.serverSettings, "--max-request-bytes")
+	}
+}
 
 // WithAutoCompaction sets the auto-compaction mode ("periodic" or
 // "revision") and retention (default "periodic", "1h").
 func WithAutoCompaction(mode, retention string) Option {
-	return func(o *options) { o.autoCompactionMode, o.autoCompactionRetained = mode, retention }
+	return func(o *options) {
+		o.autoCompactionMode, o.autoCompactionRetained = mode, retention
+		o.serverSettings = append(o.serverSettings, "--auto-compaction-*")
+	}
 }
 
 // WithDir uses dir as the data directory instead of a new temporary one.
 // The caller owns dir.
-func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+func WithDir(dir string) Option {
+	return func(o *options) { o.dir = dir; o.serverSettings = append(o.serverSettings, "--data-dir") }
+}
 
-// Server is a running embedded etcd server.
+// Server is a running embedded etcd server, or a connection to the external
+// cluster named by the environment (External).
 type Server struct {
-	etcd     *embed.Etcd
-	endpoint string
-	tempDir  string
-	once     sync.Once
+	etcd      *embed.Etcd // nil for an external cluster
+	endpoint  string
+	tempDir   string
+	once      sync.Once
+	external  *external // nil for an embedded server
+	endpoints []string
 }
 
 // Start starts a server for t and registers its Close with t.Cleanup. The
-// data directory is t.TempDir() unless WithDir says otherwise.
+// data directory is t.TempDir() unless WithDir says otherwise. When External,
+// it connects to the external cluster instead, and skips t if an option asks
+// for a server setting that cluster cannot be given.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	o := applyOptions(opts)
+	if External() {
+		if len(o.serverSettings) > 0 {
+			t.Skipf("etcdtest: external etcd cluster: the test needs its own server settings (%s)",
+				strings.Join(o.serverSettings, ", "))
+		}
+		s, err := connectExternal()
+		if err != nil {
+			t.Fatalf("etcdtest: %v", err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
 	if o.dir == "" {
 		o.dir = t.TempDir()
 	}
@@ -85,9 +131,16 @@ func Start(t testing.TB, opts ...Option) *Server {
 
 // StartMain starts a server outside any test (for TestMain or a CLI). Its data
 // directory is a new temporary directory removed by Close. The caller must
-// call Close.
+// call Close. When External, it connects to the external cluster instead, and
+// fails with ErrNeedsEmbedded if an option asks for a server setting.
 func StartMain(opts ...Option) (*Server, error) {
 	o := applyOptions(opts)
+	if External() {
+		if len(o.serverSettings) > 0 {
+			return nil, fmt.Errorf("%w: %s", ErrNeedsEmbedded, strings.Join(o.serverSettings, ", "))
+		}
+		return connectExternal()
+	}
 	if o.dir == "" {
 		dir, err := os.MkdirTemp("", "etcdtest-")
 		if err != nil {
@@ -147,26 +200,53 @@ func start(o options) (*Server, error) {
 		e.Close()
 		return nil, errors.New("embedded etcd has no client listener")
 	}
-	return &Server{etcd: e, endpoint: e.Clients[0].Addr().String()}, nil
+	ep := e.Clients[0].Addr().String()
+	return &Server{etcd: e, endpoint: ep, endpoints: []string{ep}}, nil
 }
 
-// Endpoint returns the client address (host:port).
+// Endpoint returns the client address (host:port); for an external cluster,
+// its first endpoint.
 func (s *Server) Endpoint() string { return s.endpoint }
 
+// Endpoints returns every client endpoint.
+func (s *Server) Endpoints() []string {
+	if len(s.endpoints) == 0 {
+		return []string{s.endpoint}
+	}
+	return append([]string(nil), s.endpoints...)
+}
+
 // Config returns a client configuration for the server with room for
-// requests up to the server's request limit.
+// requests up to the server's request limit; for an external cluster, with
+// the TLS and credentials of the environment.
 func (s *Server) Config() clientv3.Config {
-	return clientv3.Config{
-		Endpoints:          []string{s.endpoint},
+	cfg := clientv3.Config{
+		Endpoints:          s.Endpoints(),
 		DialTimeout:        5 * time.Second,
 		MaxCallSendMsgSize: 4 * 1024 * 1024,
 		MaxCallRecvMsgSize: 16 * 1024 * 1024,
 		Logger:             zap.NewNop(),
 	}
+	if s.external != nil {
+		cfg.TLS = s.external.tls
+		cfg.Username, cfg.Password = s.external.username, s.external.password
+	}
+	return cfg
 }
 
-// NewClient returns a new client of the server; the caller closes it.
-func (s *Server) NewClient() (*clientv3.Client, error) { return clientv3.New(s.Config()) }
+// NewClient returns a new client of the server; the caller closes it. A
+// client of an external cluster refuses requests outside Root and records
+// its lease grants for Close.
+func (s *Server) NewClient() (*clientv3.Client, error) {
+	c, err := clientv3.New(s.Config())
+	if err != nil {
+		return nil, err
+	}
+	if s.external != nil {
+		s.external.guard(c)
+	}
+	return c, nil
+}
 
 // Client returns a new client of the server, closed at t's cleanup.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
@@ -180,8 +260,14 @@ func (s *Server) Client(t testing.TB) *clientv3.Client {
 }
 
 // Close stops the server and waits for it; it is safe to call more than once.
+// An external cluster keeps running: Close revokes the leases this Server's
+// clients granted and deletes the namespaces they wrote to.
 func (s *Server) Close() {
 	s.once.Do(func() {
+		if s.external != nil {
+			s.external.close(s.Config())
+			return
+		}
 		s.etcd.Close()
 		<-s.etcd.Server.StopNotify()
 		if s.tempDir != "" {
@@ -190,14 +276,14 @@ func (s *Server) Close() {
 	})
 }
 
-// Namespace returns a fresh random namespace "/etcdtest/<hex>/" so tests
-// sharing a server never see each other's keys.
+// Namespace returns a fresh random namespace Root()+"<hex>/" (by default
+// "/etcdtest/<hex>/") so tests sharing a server never see each other's keys.
 func Namespace() string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err)
 	}
-	return "/etcdtest/" + hex.EncodeToString(b[:]) + "/"
+	return Root() + hex.EncodeToString(b[:]) + "/"
 }
 
 // quietLogger logs errors to stderr, except the listener errors every

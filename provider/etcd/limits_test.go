@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
@@ -55,6 +56,7 @@ func TestAggregateOverTxnLimitIsRefusedBeforeSending(t *testing.T) {
 }
 
 func TestServerTxnLimitErrorIsTyped(t *testing.T) {
+	etcdtest.SkipIfExternal(t, externalLimits)
 	// the store believes the server allows 1000 ops; the server allows 128
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxTxnOps: 1000})
@@ -88,6 +90,7 @@ func TestTooLargeRequestIsRefusedBeforeSending(t *testing.T) {
 }
 
 func TestServerRequestSizeErrorIsTyped(t *testing.T) {
+	etcdtest.SkipIfExternal(t, externalLimits)
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxRequestBytes: 3 * 1024 * 1024})
 	fx := conformance.NewFixture(t, harnessFor(s, clock))

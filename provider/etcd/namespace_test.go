@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,6 +22,7 @@ var foreignKeys = []string{
 }
 
 func TestForeignKeysUntouched(t *testing.T) {
+	etcdtest.SkipIfExternal(t, externalForeignKeys)
 	ctx := context.Background()
 	for i, k := range foreignKeys {
 		_, err := shared.Put(ctx, k, fmt.Sprintf("foreign-%d", i))
@@ -114,13 +116,6 @@ func TestScanSurvivesConcurrentWritesThenExpires(t *testing.T) {
 	}
 	require.Equal(t, want, got, "the listing is the snapshot of its first page")
 
-	// a compaction past the listing's revision expires its cursor
-	page, err = st.ListAuthorities(ctx, prefix, "", 7)
-	require.NoError(t, err)
-	compactNow(t)
-	page, err = st.ListAuthorities(ctx, prefix, page.NextCursor, 7)
-	require.NoError(t, err)
-	require.Equal(t, authority.KindScanExpired, page.Kind)
 	// a cursor of another prefix or a garbled one is invalid
 	fresh, err := st.ListAuthorities(ctx, prefix, "", 7)
 	require.NoError(t, err)
@@ -128,4 +123,13 @@ func TestScanSurvivesConcurrentWritesThenExpires(t *testing.T) {
 	require.ErrorIs(t, err, authority.ErrInvalidArgument)
 	_, err = st.ListAuthorities(ctx, prefix, fresh.NextCursor+"x", 7)
 	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+
+	// a compaction past the listing's revision expires its cursor (skipped
+	// on an external cluster)
+	page, err = st.ListAuthorities(ctx, prefix, "", 7)
+	require.NoError(t, err)
+	compactNow(t)
+	page, err = st.ListAuthorities(ctx, prefix, page.NextCursor, 7)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindScanExpired, page.Kind)
 }

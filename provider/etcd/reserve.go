@@ -8,7 +8,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// maxAttempts bounds every optimistic loop of the store.
+// maxAttempts bounds every optimistic loop of the store (for a reservation
+// batch: the failed Txns of one batch).
 const maxAttempts = 16
 
 // reservation is one planned reserve: the row it creates.
@@ -33,7 +34,8 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 
 // Reserve creates a reserved row on a live target with placement capacity.
 // Without a capacity policy it is one Txn; with one, a read of the node's
-// capacity entries and a Txn fenced on them.
+// capacity entries and a Txn fenced on them, shared with the reservations
+// waiting on the same node (group commit).
 func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
 	key, err := authority.ValidateReserve(req)
 	if err != nil {
@@ -62,59 +64,36 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		},
 		payload: bytes.Clone(req.CreatingPayload),
 	}}
+	if s.capacityPolicy() != nil {
+		// concurrent reservations on one node share its capacity fence:
+		// group-commit them (groupcommit.go).
+		return s.reserveGrouped(ctx, req, res)
+	}
+	// no capacity policy: nothing shared with other reservations, one Txn.
 	rowKey := s.keys.row(key)
-	liveKey := s.keys.liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner)
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		t := &txn{}
-		s.addReserve(t, res)
-		if policy := s.capacityPolicy(); policy != nil {
-			// RPC 1: the row, the target's liveness and the node's capacity.
-			resp, err := s.read(ctx, opGet(rowKey), opGet(liveKey), s.capacityRangeOp(res.row.alloc.Descriptor, tg.NodeLifecycleGeneration))
-			if err != nil {
-				return authority.ReserveResult{}, err
-			}
-			cur, err := s.rowFrom(resp, 0, key)
-			if err != nil {
-				return authority.ReserveResult{}, err
-			}
-			if cur != nil || firstKv(resp, 1) == nil {
-				return s.reserveRefused(req, cur), nil
-			}
-			u, err := s.sumUsage(res.row.alloc.Descriptor, tg.NodeLifecycleGeneration, rangeKvs(resp, 2))
-			if err != nil {
-				return authority.ReserveResult{}, err
-			}
-			if !fits(policy, res.row.alloc, u) {
-				return authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}, nil
-			}
-			t.cmp(s.capacityFence(res.row.alloc.Descriptor, tg.NodeLifecycleGeneration, resp.Header.Revision))
-		}
-		t.orGet(rowKey)
-		t.orGet(liveKey)
-		resp, err := s.commit(ctx, t, "the reservation")
-		if err != nil {
-			return authority.ReserveResult{}, err
-		}
-		if resp.Succeeded {
-			created := res.row.next(resp.Header.Revision)
-			created.createRev, created.ownerGen = resp.Header.Revision, resp.Header.Revision
-			s.remember(created)
-			return authority.ReserveResult{
-				Kind:          authority.KindReserved,
-				ReservationID: created.pending.ReservationID,
-				Creating:      created.snapshot(s.clock.Now()),
-			}, nil
-		}
+	t := &txn{}
+	s.addReserve(t, res)
+	t.orGet(rowKey)
+	t.orGet(s.keys.liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
+	resp, err := s.commit(ctx, t, "the reservation")
+	if err != nil {
+		return authority.ReserveResult{}, err
+	}
+	if !resp.Succeeded {
 		cur, err := s.rowFrom(resp, 0, key)
 		if err != nil {
 			return authority.ReserveResult{}, err
 		}
-		if cur != nil || firstKv(resp, 1) == nil {
-			return s.reserveRefused(req, cur), nil
-		}
-		// only the capacity fence failed: another write on the node; retry.
+		return s.reserveRefused(req, cur), nil
 	}
-	return authority.ReserveResult{}, authority.Wrap(authority.ErrUnavailable, "reserve gave up after repeated capacity contention", errContention)
+	created := res.row.next(resp.Header.Revision)
+	created.createRev, created.ownerGen = resp.Header.Revision, resp.Header.Revision
+	s.remember(created)
+	return authority.ReserveResult{
+		Kind:          authority.KindReserved,
+		ReservationID: created.pending.ReservationID,
+		Creating:      created.snapshot(s.clock.Now()),
+	}, nil
 }
 
 // reserveRefused is the outcome when the row exists (cur) or the target is

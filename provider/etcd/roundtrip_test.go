@@ -104,6 +104,18 @@ func TestRoundTrips(t *testing.T) {
 	})
 	s.SetCapacityPolicy(conformance.ActorLimit(10))
 	count("reserve under a capacity policy", 2, func() { fx.Reserve(authority.ObjectActor, "limited", conformance.TargetA) })
+	s.SetCapacityPolicy(conformance.ActorLimit(1)) // "limited" holds the only place
+	count("reserve refused for capacity", 1, func() {
+		res, err := s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "no-room", conformance.TargetA))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+	})
+	count("reserve of an existing row under a capacity policy", 1, func() {
+		res, err := s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "limited", conformance.TargetA))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindConflict, res.Kind)
+	})
+	s.SetCapacityPolicy(nil)
 	// a CAS on a version this store has not seen reads first
 	other := newStore(t, c, etcdstore.Config{Clock: clock, Namespace: s.Namespace(), SkipVersionCheck: true})
 	row := fx.MustRow(r.Key)

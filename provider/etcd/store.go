@@ -27,8 +27,12 @@ const (
 	DefaultReservationRetention = 24 * time.Hour
 )
 
-// MinServerVersion is the oldest etcd server New accepts.
-const MinServerVersion = "3.5.0"
+// MinServerVersion is the oldest etcd server New accepts (older ones get an
+// error wrapping authority.ErrUnsupportedServer). Verified: the whole etcd
+// test suite and the coordinator's scenarios pass against a standalone etcd
+// 3.4.23 (Debian's etcd-server package, in .ci/run) and an embedded 3.7.3
+// (every test run). Earlier 3.4 patch releases are accepted but untested.
+const MinServerVersion = "3.4.0"
 
 // Config configures New. Either Client or Endpoints must be set.
 type Config struct {
@@ -87,8 +91,12 @@ type Store struct {
 	maxBytes   int
 	retention  time.Duration
 	timeout    time.Duration
-	cache      *rowCache
-	leases     *leaseBuckets
+	// dialTimeout bounds the server check of New when ctx has no deadline.
+	dialTimeout time.Duration
+	// tlsConfig is the TLS New dialed with (nil: plain text or a caller's client).
+	tlsConfig *tls.Config
+	cache     *rowCache
+	leases    *leaseBuckets
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -129,14 +137,18 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), marks: map[string]clientv3.LeaseID{},
+		dialTimeout: cfg.DialTimeout,
+	}
+	if s.dialTimeout <= 0 {
+		s.dialTimeout = 5 * time.Second
 	}
 	s.policy.Store(&policyBox{cfg.CapacityPolicy})
 	if s.client == nil {
-		c, err := dial(cfg)
+		c, tlsConfig, err := dial(cfg)
 		if err != nil {
 			return nil, err
 		}
-		s.client, s.ownsClient = c, true
+		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
 	s.kv = s.client.KV
 	s.leases = newLeaseBuckets(s)
@@ -149,15 +161,18 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func dial(cfg Config) (*clientv3.Client, error) {
+func dial(cfg Config) (*clientv3.Client, *tls.Config, error) {
 	if len(cfg.Endpoints) == 0 {
-		return nil, authority.Invalid("etcd store needs a client or endpoints.")
+		return nil, nil, authority.Invalid("etcd store needs a client or endpoints.")
 	}
 	cc := clientv3.Config{
 		Endpoints: cfg.Endpoints, Username: cfg.Username, Password: cfg.Password,
 		DialTimeout: cfg.DialTimeout, Logger: zap.NewNop(),
 		MaxCallSendMsgSize: max(2*1024*1024, cfg.MaxRequestBytes+256*1024),
 		MaxCallRecvMsgSize: 64 * 1024 * 1024,
+		// Keep-alives drop a connection to a partitioned member instead of
+		// letting every request routed to it hang until its deadline.
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second,
 	}
 	if cc.DialTimeout == 0 {
 		cc.DialTimeout = 5 * time.Second
@@ -167,30 +182,34 @@ func dial(cfg Config) (*clientv3.Client, error) {
 		if cfg.CAFile != "" {
 			pem, err := os.ReadFile(cfg.CAFile)
 			if err != nil {
-				return nil, authority.Wrap(authority.ErrInvalidArgument, "read etcd CA file", err)
+				return nil, nil, authority.Wrap(authority.ErrInvalidArgument, "read etcd CA file", err)
 			}
 			t.RootCAs = x509.NewCertPool()
 			if !t.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, authority.Invalid("etcd CA file holds no certificate.")
+				return nil, nil, authority.Invalid("etcd CA file holds no certificate.")
 			}
 		}
 		if cfg.CertFile != "" {
 			cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 			if err != nil {
-				return nil, authority.Wrap(authority.ErrInvalidArgument, "load etcd client certificate", err)
+				return nil, nil, authority.Wrap(authority.ErrInvalidArgument, "load etcd client certificate", err)
 			}
 			t.Certificates = []tls.Certificate{cert}
 		}
 		cc.TLS = t
 	}
+	if cfg.KeyFile != "" && cfg.CertFile == "" {
+		return nil, nil, authority.Invalid("etcd client key file given without a certificate file.")
+	}
 	c, err := clientv3.New(cc)
 	if err != nil {
-		return nil, mapError(err, false)
+		return nil, nil, mapError(err, false)
 	}
-	return c, nil
+	return c, cc.TLS, nil
 }
 
-// checkServer refuses servers older than MinServerVersion.
+// checkServer refuses servers older than MinServerVersion. It asks the
+// first endpoint: the members of a cluster run one version outside upgrades.
 func (s *Store) checkServer(ctx context.Context) error {
 	eps := s.client.Endpoints()
 	if len(eps) == 0 {
@@ -198,20 +217,44 @@ func (s *Store) checkServer(ctx context.Context) error {
 	}
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	if _, has := ctx.Deadline(); !has {
+		var cancelDial context.CancelFunc
+		ctx, cancelDial = context.WithTimeout(ctx, s.dialTimeout)
+		defer cancelDial()
+	}
 	st, err := s.client.Status(ctx, eps[0])
 	if err != nil {
-		return mapError(err, false)
+		// The client only reports an unreachable or TLS-refusing endpoint
+		// as a deadline; probe it to say what is wrong.
+		if !s.ownsClient {
+			return mapError(err, false) // a caller's client: its TLS settings are not known here
+		}
+		return connectFailure(ctx, eps[0], s.tlsConfig, err)
 	}
-	if !versionAtLeast(st.Version, MinServerVersion) {
-		return authority.Wrap(authority.ErrUnsupportedServer,
-			fmt.Sprintf("etcd server %s is older than the minimum supported version %s", st.Version, MinServerVersion), nil)
+	return checkServerVersion(eps[0], st.Version)
+}
+
+// checkServerVersion refuses the version reported by the server at endpoint
+// if it is older than MinServerVersion (or missing).
+func checkServerVersion(endpoint, version string) error {
+	if version == "" || !versionAtLeast(version, MinServerVersion) {
+		if version == "" {
+			version = "of unknown version"
+		}
+		return authority.Wrap(authority.ErrUnsupportedServer, fmt.Sprintf(
+			"etcd server %s at %s is older than the minimum supported version %s; upgrade it (or set Config.SkipVersionCheck at your own risk)",
+			version, endpoint, MinServerVersion), nil)
 	}
 	return nil
 }
 
+// versionAtLeast reports whether the dotted version v ("3.4.23",
+// "v3.5.0-rc.1"; missing parts count as 0) is at least min. A pre-release
+// counts as its release.
 func versionAtLeast(v, min string) bool {
 	parse := func(s string) [3]int {
 		var out [3]int
+		s = strings.TrimPrefix(strings.TrimSpace(s), "v")
 		for i, part := range strings.SplitN(strings.SplitN(s, "-", 2)[0], ".", 3) {
 			n := 0
 			for _, c := range part {

@@ -1,0 +1,140 @@
+package etcdtest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// TLS configures the client listener of a server started by StartSecure.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile, KeyFile string
+	// TrustedCAFile is the CA client certificates must be signed by.
+	TrustedCAFile string
+	// ClientCertAuth makes the server require a client certificate signed
+	// by TrustedCAFile.
+	ClientCertAuth bool
+}
+
+// StartSecure starts an embedded server like Start (always embedded, even
+// when External) whose client listener speaks TLS (when tlsInfo.CertFile is
+// set), and registers its Close with t.Cleanup.
+// Password hashing uses bcrypt's minimum cost, so authenticating is fast.
+// Its Config has no TLS: use ClientTLS for the client side.
+func StartSecure(t testing.TB, tlsInfo TLS, opts ...Option) *Server {
+	t.Helper()
+	o := applyOptions(opts)
+	if o.dir == "" {
+		o.dir = t.TempDir()
+	}
+	s, err := startSecure(o, tlsInfo)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func startSecure(o options, tlsInfo TLS) (*Server, error) {
+	scheme := "http"
+	if tlsInfo.CertFile != "" {
+		scheme = "https"
+	}
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	client, _ := url.Parse(scheme + "://127.0.0.1:0")
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdtest"
+	cfg.Dir = o.dir
+	cfg.ListenPeerUrls = []url.URL{*peer}
+	cfg.AdvertisePeerUrls = []url.URL{*peer}
+	cfg.ListenClientUrls = []url.URL{*client}
+	cfg.AdvertiseClientUrls = []url.URL{*client}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"stderr"}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger())
+	cfg.UnsafeNoFsync = !o.fsync
+	cfg.MaxTxnOps = o.maxTxnOps
+	cfg.MaxRequestBytes = o.maxRequestBytes
+	cfg.AutoCompactionMode = o.autoCompactionMode
+	cfg.AutoCompactionRetention = o.autoCompactionRetained
+	cfg.BcryptCost = 4 // bcrypt.MinCost
+	cfg.ClientTLSInfo = transport.TLSInfo{
+		CertFile: tlsInfo.CertFile, KeyFile: tlsInfo.KeyFile,
+		TrustedCAFile: tlsInfo.TrustedCAFile, ClientCertAuth: tlsInfo.ClientCertAuth,
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(readyTimeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, errors.New("embedded etcd was not ready in time")
+	}
+	if len(e.Clients) == 0 {
+		e.Close()
+		return nil, errors.New("embedded etcd has no client listener")
+	}
+	ep := e.Clients[0].Addr().String()
+	return &Server{etcd: e, endpoint: ep, endpoints: []string{ep}}, nil
+}
+
+// ClientTLS returns the client TLS configuration trusting caFile and, when
+// certFile is set, presenting that certificate.
+func ClientTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	info := transport.TLSInfo{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: caFile}
+	return info.ClientConfig()
+}
+
+// EnableAuth creates the root user (password rootPassword, role root) and
+// turns authentication on. c must be allowed to do so: a client of a server
+// without authentication.
+func EnableAuth(ctx context.Context, c *clientv3.Client, rootPassword string) error {
+	if _, err := c.UserAdd(ctx, "root", rootPassword); err != nil {
+		return fmt.Errorf("add root user: %w", err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("grant root role: %w", err)
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("enable auth: %w", err)
+	}
+	return nil
+}
+
+// AddPrefixUser creates user name with password (empty: a user that can
+// only authenticate with a client certificate of that common name) and a
+// role of the same name granting read and write on every key starting with
+// prefix, and nothing else.
+func AddPrefixUser(ctx context.Context, c *clientv3.Client, name, password, prefix string) error {
+	if password == "" {
+		if _, err := c.UserAddWithOptions(ctx, name, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+			return fmt.Errorf("add user %s: %w", name, err)
+		}
+	} else if _, err := c.UserAdd(ctx, name, password); err != nil {
+		return fmt.Errorf("add user %s: %w", name, err)
+	}
+	if _, err := c.RoleAdd(ctx, name); err != nil {
+		return fmt.Errorf("add role %s: %w", name, err)
+	}
+	if _, err := c.RoleGrantPermission(ctx, name, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		return fmt.Errorf("grant %s on %q: %w", name, prefix, err)
+	}
+	if _, err := c.UserGrantRole(ctx, name, name); err != nil {
+		return fmt.Errorf("grant role %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,426 @@
+package etcd
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Group commit of reservations under a capacity policy.
+//
+// Every reservation on a node lifecycle fences on the node's whole capacity
+// range, so concurrent reservations on one node conflict with each other and
+// would retry (and give up) in turn. Instead they queue per (store, node
+// lifecycle): the first waiter becomes the leader, takes what queued up
+// meanwhile (at most reserveBatchMax), reads the rows, the owners' liveness
+// and the node's capacity once, admits the requests in arrival order with the
+// policy, and writes every admitted reservation in one Txn fenced on the
+// capacity range. Then it hands leadership to the next waiter. The batch
+// behaves as the requests applied one after another at the Txn's revision:
+//
+//   - a request whose row exists or whose owner is not live is refused from
+//     the snapshot, as a single reserve would be;
+//   - a request that does not fit next to the node's usage plus the requests
+//     admitted before it is placementCapacityExhausted — but only once the
+//     Txn holding those admitted requests committed (or when none was
+//     admitted), since the answer depends on them;
+//   - a request for a key admitted earlier in the batch, or one that no
+//     longer fits the Txn limits, waits for the next round.
+//
+// When the Txn fails (a row appeared, an owner went away, another write on
+// the node) its Else branch returns the same reads again at the current
+// revision, and the round is decided again from them, without a new read: a
+// conflicting request drops out and the others go on.
+
+// reserveGroups holds the queue of every (store, node lifecycle) with a
+// reservation in flight; an idle queue is removed, so nothing outlives its
+// requests.
+var reserveGroups = struct {
+	mu sync.Mutex
+	m  map[groupKey]*nodeQueue
+}{m: map[groupKey]*nodeQueue{}}
+
+type groupKey struct {
+	s    *Store
+	node string // capacityNode prefix
+}
+
+// nodeQueue is the waiters of one node lifecycle, under reserveGroups.mu.
+type nodeQueue struct {
+	leading bool
+	waiters []*reserveWaiter
+}
+
+type waiterState int
+
+const (
+	waiterQueued waiterState = iota // in nodeQueue.waiters
+	waiterLeader                    // promoted: must run the next batch
+	waiterTaken                     // in a batch being run
+)
+
+// reserveWaiter is one Reserve call waiting in a node's queue.
+type reserveWaiter struct {
+	ctx  context.Context
+	req  authority.ReserveRequest
+	res  *reservation
+	wake chan struct{} // buffered: promoted, or the outcome is set
+
+	// under reserveGroups.mu
+	state waiterState
+	done  bool
+	out   authority.ReserveResult
+	err   error
+}
+
+// reserveBatchMax is the most reservations of one batch: each writes 3 keys
+// and reads (and compares) at most 2, plus the node's capacity range.
+func (s *Store) reserveBatchMax() int { return max(1, (s.maxOps-1)/3) }
+
+// reserveGrouped reserves res through the node's group commit queue.
+func (s *Store) reserveGrouped(ctx context.Context, req authority.ReserveRequest, res *reservation) (authority.ReserveResult, error) {
+	gk := groupKey{s, s.keys.capacityNode(res.row.alloc.Descriptor, res.target.NodeLifecycleGeneration)}
+	w := &reserveWaiter{ctx: ctx, req: req, res: res, wake: make(chan struct{}, 1)}
+	reserveGroups.mu.Lock()
+	q := reserveGroups.m[gk]
+	if q == nil {
+		q = &nodeQueue{}
+		reserveGroups.m[gk] = q
+	}
+	q.waiters = append(q.waiters, w)
+	lead := !q.leading
+	if lead {
+		q.leading = true
+		w.state = waiterLeader
+	}
+	reserveGroups.mu.Unlock()
+	for !lead {
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+		}
+		reserveGroups.mu.Lock()
+		switch {
+		case w.done:
+			reserveGroups.mu.Unlock()
+			return w.out, w.err
+		case w.state == waiterLeader:
+			reserveGroups.mu.Unlock()
+			lead = true
+		case ctx.Err() != nil && w.state == waiterQueued:
+			q.remove(w)
+			reserveGroups.mu.Unlock()
+			return authority.ReserveResult{}, ctx.Err()
+		case ctx.Err() != nil: // taken: the batch may still write it
+			reserveGroups.mu.Unlock()
+			return authority.ReserveResult{}, mapError(ctx.Err(), true)
+		default:
+			reserveGroups.mu.Unlock()
+		}
+	}
+	s.leadBatch(gk, q)
+	reserveGroups.mu.Lock()
+	defer reserveGroups.mu.Unlock()
+	return w.out, w.err
+}
+
+func (q *nodeQueue) remove(w *reserveWaiter) {
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// leadBatch runs one batch from the front of q (the leader is first), sets
+// the outcomes, then promotes the next waiter or retires the queue.
+func (s *Store) leadBatch(gk groupKey, q *nodeQueue) {
+	reserveGroups.mu.Lock()
+	n := min(len(q.waiters), s.reserveBatchMax())
+	batch := make([]*reserveWaiter, n)
+	copy(batch, q.waiters[:n])
+	q.waiters = append(q.waiters[:0], q.waiters[n:]...)
+	for _, w := range batch {
+		w.state = waiterTaken
+	}
+	reserveGroups.mu.Unlock()
+
+	outs := s.runBatch(batch)
+
+	reserveGroups.mu.Lock()
+	defer reserveGroups.mu.Unlock()
+	for i, w := range batch {
+		w.out, w.err, w.done = outs[i].out, outs[i].err, true
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	if len(q.waiters) == 0 {
+		q.leading = false
+		delete(reserveGroups.m, gk)
+		return
+	}
+	next := q.waiters[0]
+	next.state = waiterLeader
+	select {
+	case next.wake <- struct{}{}:
+	default:
+	}
+}
+
+// batchOutcome is the result of one request of a batch.
+type batchOutcome struct {
+	out authority.ReserveResult
+	err error
+}
+
+// batchContext is a context for a batch's requests: it keeps the values of
+// the first waiter's context and ends when every waiter's context ended.
+func batchContext(batch []*reserveWaiter) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	left := atomic.Int64{}
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, w := range batch {
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// snapshotLayout is where a batch's reads sit in a read Txn's responses (or a
+// failed write Txn's Else responses): a row per pending request, each
+// distinct liveness key once, then the node's capacity range.
+type snapshotLayout struct {
+	ops   []clientv3.Op
+	row   []int // per pending request
+	live  []int // per pending request
+	capIx int
+	bytes int // the request bytes of ops
+}
+
+func (s *Store) layoutFor(pending []int, batch []*reserveWaiter) snapshotLayout {
+	l := snapshotLayout{row: make([]int, len(batch)), live: make([]int, len(batch))}
+	rows := map[string]int{}
+	lives := map[string]int{}
+	idx := func(seen map[string]int, key string) int {
+		if i, ok := seen[key]; ok {
+			return i
+		}
+		seen[key] = len(l.ops)
+		l.ops = append(l.ops, opGet(key))
+		return len(l.ops) - 1
+	}
+	for _, i := range pending {
+		r := batch[i].res
+		l.row[i] = idx(rows, s.keys.row(r.key))
+	}
+	for _, i := range pending {
+		r := batch[i].res
+		l.live[i] = idx(lives, s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
+	}
+	r := batch[pending[0]].res
+	l.capIx = len(l.ops)
+	l.ops = append(l.ops, s.capacityRangeOp(r.row.alloc.Descriptor, r.target.NodeLifecycleGeneration))
+	for _, op := range l.ops {
+		l.bytes += len(op.KeyBytes()) + len(op.RangeBytes()) + opOverhead
+	}
+	return l
+}
+
+// decision of one request in one round.
+type decision int
+
+const (
+	decideRefused   decision = iota + 1 // final from the snapshot
+	decideExhausted                     // final once the round's Txn committed
+	decideAdmitted                      // in the round's Txn
+	decideDeferred                      // to the next round
+)
+
+// runBatch reserves the batch's requests (all on one node lifecycle) and
+// returns their outcomes, in order.
+func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
+	outs := make([]batchOutcome, len(batch))
+	ctx, release := batchContext(batch)
+	defer release()
+	node := batch[0].res.row.alloc.Descriptor
+	lifecycle := batch[0].res.target.NodeLifecycleGeneration
+	fail := func(idx []int, err error) {
+		for _, i := range idx {
+			outs[i].err = err
+		}
+	}
+	pending := make([]int, 0, len(batch))
+	for i := range batch {
+		pending = append(pending, i)
+	}
+	var snap *clientv3.TxnResponse // the reads of layout at snap.Header.Revision
+	var layout snapshotLayout
+	conflicts := 0
+	for len(pending) > 0 {
+		// drop the requests whose callers gave up
+		live := pending[:0]
+		for _, i := range pending {
+			if err := batch[i].ctx.Err(); err != nil {
+				outs[i].err = err
+				continue
+			}
+			live = append(live, i)
+		}
+		if pending = live; len(pending) == 0 {
+			break
+		}
+		if snap == nil {
+			layout = s.layoutFor(pending, batch)
+			resp, err := s.read(ctx, layout.ops...)
+			if err != nil {
+				fail(pending, err)
+				break
+			}
+			snap = resp
+		}
+		policy := s.capacityPolicy()
+		u, err := s.sumUsage(node, lifecycle, rangeKvs(snap, layout.capIx))
+		if err != nil {
+			fail(pending, err)
+			break
+		}
+		t := &txn{}
+		admittedKeys := map[authority.Key]bool{}
+		decisions := make([]decision, len(batch))
+		var admitted []int
+		for _, i := range pending {
+			w := batch[i]
+			cur, err := s.rowFrom(snap, layout.row[i], w.res.key)
+			if err != nil {
+				outs[i].err, decisions[i] = err, decideRefused
+				continue
+			}
+			if cur != nil || firstKv(snap, layout.live[i]) == nil {
+				if admittedKeys[w.res.key] {
+					decisions[i] = decideDeferred // sees the admitted row next round
+					continue
+				}
+				outs[i].out, decisions[i] = s.reserveRefused(w.req, cur), decideRefused
+				continue
+			}
+			if admittedKeys[w.res.key] {
+				decisions[i] = decideDeferred
+				continue
+			}
+			if !fits(policy, w.res.row.alloc, u) {
+				decisions[i] = decideExhausted
+				continue
+			}
+			one := &txn{}
+			s.addReserve(one, w.res)
+			if len(admitted) == 0 {
+				if err := s.check(one, "the reservation"); err != nil {
+					outs[i].err, decisions[i] = err, decideRefused
+					continue
+				}
+			}
+			if !s.fitsWith(t, one, layout) {
+				decisions[i] = decideDeferred
+				continue
+			}
+			merge(t, one)
+			admittedKeys[w.res.key] = true
+			admitted = append(admitted, i)
+			decisions[i] = decideAdmitted
+			for _, e := range authority.CapacityEntries(node, lifecycle, w.res.row.alloc.Capacity) {
+				u.reserved[e.Counter] += e.Count
+			}
+		}
+		next := pending[:0:0]
+		if len(admitted) == 0 {
+			// nothing to write: the snapshot alone decides the exhausted ones
+			for _, i := range pending {
+				switch decisions[i] {
+				case decideExhausted:
+					outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
+				case decideDeferred:
+					next = append(next, i)
+				}
+			}
+			pending, snap = next, nil
+			continue
+		}
+		t.cmp(s.capacityFence(node, lifecycle, snap.Header.Revision))
+		var waiting []int // pending requests whose outcome this Txn decides
+		for _, i := range pending {
+			if decisions[i] != decideRefused {
+				waiting = append(waiting, i)
+			}
+		}
+		elseLayout := s.layoutFor(waiting, batch)
+		t.els = append(t.els, elseLayout.ops...)
+		t.bytes += elseLayout.bytes
+		resp, err := s.commit(ctx, t, "the reservations")
+		if err != nil {
+			fail(waiting, err)
+			break
+		}
+		if !resp.Succeeded {
+			conflicts++
+			if conflicts >= maxAttempts {
+				fail(waiting, authority.Wrap(authority.ErrUnavailable, "reserve gave up after repeated capacity contention", errContention))
+				break
+			}
+			pending, snap, layout = waiting, resp, elseLayout
+			continue
+		}
+		for _, i := range waiting {
+			switch decisions[i] {
+			case decideAdmitted:
+				created := batch[i].res.row.next(resp.Header.Revision)
+				created.createRev, created.ownerGen = resp.Header.Revision, resp.Header.Revision
+				s.remember(created)
+				outs[i].out = authority.ReserveResult{
+					Kind:          authority.KindReserved,
+					ReservationID: created.pending.ReservationID,
+					Creating:      created.snapshot(s.clock.Now()),
+				}
+			case decideExhausted:
+				outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
+			case decideDeferred:
+				next = append(next, i)
+			}
+		}
+		pending, snap = next, nil
+	}
+	return outs
+}
+
+// fitsWith reports whether t plus one, the capacity fence and the Else reads
+// (at most those of l) stay within the Txn limits.
+func (s *Store) fitsWith(t, one *txn, l snapshotLayout) bool {
+	cmps := len(t.cmps) + len(one.cmps) + 1
+	then := len(t.then) + len(one.then)
+	bytes := t.bytes + one.bytes + l.bytes + 2*opOverhead
+	return max(cmps, then, len(l.ops)) <= s.maxOps && bytes <= s.maxBytes
+}
+
+// merge appends one's conditions and writes to t (distinct keys).
+func merge(t, one *txn) {
+	t.cmps = append(t.cmps, one.cmps...)
+	for _, op := range one.then {
+		t.mark(string(op.KeyBytes()))
+	}
+	t.then = append(t.then, one.then...)
+	t.bytes += one.bytes
+}

@@ -1,0 +1,82 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+)
+
+// fakeMaintenance answers Status with a fixed server version, standing in for
+// an old etcd server (none is needed to test the refusal).
+type fakeMaintenance struct {
+	pb.UnimplementedMaintenanceServer
+	version string
+}
+
+func (f fakeMaintenance) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return &pb.StatusResponse{Header: &pb.ResponseHeader{}, Version: f.version}, nil
+}
+
+// fakeServer serves fakeMaintenance on a loopback port until t ends.
+func fakeServer(t *testing.T, version string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterMaintenanceServer(srv, fakeMaintenance{version: version})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	return lis.Addr().String()
+}
+
+func TestNewRefusesTooOldServer(t *testing.T) {
+	for _, v := range []string{"3.3.27", "3.2.32", "2.3.8"} {
+		t.Run(v, func(t *testing.T) {
+			ep := fakeServer(t, v)
+			s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("etcd %s accepted", v)
+			}
+			if !errors.Is(err, authority.ErrUnsupportedServer) {
+				t.Fatalf("got %v, want ErrUnsupportedServer", err)
+			}
+			for _, want := range []string{v, ep, "minimum supported version " + etcdstore.MinServerVersion} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestNewAcceptsMinimumServer(t *testing.T) {
+	for _, v := range []string{etcdstore.MinServerVersion, "3.4.23"} {
+		ep := fakeServer(t, v)
+		s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("etcd %s refused: %v", v, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the check can be skipped: an old server is then accepted
+	ep := fakeServer(t, "3.3.27")
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{ep}, SkipVersionCheck: true})
+	if err != nil {
+		t.Fatalf("SkipVersionCheck: %v", err)
+	}
+	_ = s.Close()
+}
