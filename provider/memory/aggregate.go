@@ -57,7 +57,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	var source authority.CapacityVector
 	for _, p := range req.Participants {
 		r := s.row(p.AuthorityKey)
-		if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != p.ExpectedStoreVersion {
+		if r == nil || r.snap.Allocation.State != authority.AllocationActive || !r.versionIs(p.ExpectedStoreVersion) {
 			return conflict, nil
 		}
 		if p.OwnerTransition == authority.TransitionPreserve {
@@ -105,7 +105,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	var owners int64
 	for i, p := range req.Participants {
 		r := s.row(p.AuthorityKey)
-		if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != p.ExpectedStoreVersion {
+		if r == nil || r.snap.Allocation.State != authority.AllocationActive || !r.versionIs(p.ExpectedStoreVersion) {
 			return stale, nil
 		}
 		if p.OwnerTransition == authority.TransitionNewOwner {
@@ -126,7 +126,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 		r := rows[i]
 		s.storeVersion++
 		next := r.successor()
-		next.snap.StoreVersion = version(s.storeVersion)
+		next.version = s.storeVersion
 		next.snap.Payload = bytes.Clone(p.AuthorityPayload)
 		if p.OwnerTransition == authority.TransitionNewOwner {
 			s.adjust(countActive, r.meta.entries(), -1)

@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bytes"
 	"context"
 
 	authority "github.com/zlink-systems/authority"
@@ -16,13 +15,10 @@ func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority
 	if err != nil {
 		return authority.ReadResult{}, err
 	}
-	r := s.row(key)
+	// Rows may be rewritten in place: copy under the lock.
+	result := s.read(key, now)
 	s.mu.Unlock()
-	// Row values are immutable: copy outside the lock.
-	if r == nil {
-		return authority.Missing(now), nil
-	}
-	return authority.Found(r.snapshot(now)), nil
+	return result, nil
 }
 
 // CompareExchangeAuthority applies m to the active row at key when its
@@ -41,7 +37,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 	}
 	exhausted := authority.CompareExchangeResult{Kind: authority.KindGenerationExhausted}
 	r := s.row(key)
-	if r == nil || r.snap.Allocation.State != authority.AllocationActive || r.snap.StoreVersion != expected {
+	if r == nil || r.snap.Allocation.State != authority.AllocationActive || !r.versionIs(expected) {
 		return conflict()
 	}
 	switch m.Kind {
@@ -55,7 +51,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		}
 		s.adjust(countActive, r.meta.entries(), -1)
 		s.deleteRow(r)
-		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: v, StoreNow: now}, nil
+		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: version(v), StoreNow: now}, nil
 	case authority.MutationRebindOwnerLease:
 		owner := r.snap.Owner()
 		if m.ExpectedOwner != owner ||
@@ -77,13 +73,13 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 	if !ok {
 		return exhausted, nil
 	}
-	next := r.successor()
-	next.snap.StoreVersion = v
-	next.snap.Payload = bytes.Clone(m.Payload)
+	next, inPlace := s.next(r)
+	next.version = v
+	next.snap.Payload = payloadCopy(r.snap.Payload, m.Payload, inPlace)
 	if m.Kind == authority.MutationRebindOwnerLease {
 		next.snap.OwnerLeaseGeneration = m.TargetOwner.LeaseGeneration
 	}
-	s.putRow(next)
+	s.storeNext(next, inPlace)
 	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.snapshot(now), StoreNow: now}, nil
 }
 

@@ -51,6 +51,80 @@ func (s *Store) cell(counter authority.CapacityCounter) *counterCell {
 	return c
 }
 
+// cellShape is what decides the counters of an allocation's capacity
+// entries: the node, its lifecycle generation, which counts are non-zero and
+// the Spot type.
+type cellShape struct {
+	node                authority.NodeDescriptor
+	lifecycleGeneration int64
+	actors, spots       bool
+	spotType            bool
+	objectKind          authority.ObjectKind
+	stableType          string
+}
+
+func shapeOf(a *authority.PlacementAllocation) cellShape {
+	c := &a.Capacity
+	sh := cellShape{
+		node: a.Descriptor, lifecycleGeneration: a.DescriptorLifecycleGeneration,
+		actors: c.Actors != 0, spots: c.Spots != 0, spotType: c.SpotType != nil,
+	}
+	if c.SpotType != nil {
+		sh.objectKind, sh.stableType = c.SpotType.ObjectKind, c.SpotType.StableType
+	}
+	return sh
+}
+
+// cellCache remembers the cells of the last shape resolved: consecutive
+// reservations on one node skip the counter map.
+type cellCache struct {
+	shape cellShape
+	cells [3]*counterCell
+	n     int
+	valid bool
+}
+
+// resolveCells stores the capacity entries of a (the seed's
+// capacityEntries, in its order) with their cells into cells and returns how
+// many there are.
+func (s *Store) resolveCells(cells *[3]cellEntry, a *authority.PlacementAllocation) int {
+	c := &a.Capacity
+	sh := shapeOf(a)
+	cache := &s.cellCache
+	if cache.valid && cache.shape == sh && cellsLive(cache.cells[:cache.n]) {
+		n := 0
+		if c.Actors != 0 {
+			cells[n] = cellEntry{cell: cache.cells[n], count: c.Actors}
+			n++
+		}
+		if c.Spots != 0 {
+			cells[n] = cellEntry{cell: cache.cells[n], count: c.Spots}
+			n++
+		}
+		if c.SpotType != nil {
+			cells[n] = cellEntry{cell: cache.cells[n], count: c.SpotType.Count}
+			n++
+		}
+		return n
+	}
+	entries := authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
+	for i, e := range entries {
+		cells[i] = cellEntry{cell: s.cell(e.Counter), count: e.Count}
+		cache.cells[i] = cells[i].cell
+	}
+	cache.shape, cache.n, cache.valid = sh, len(entries), true
+	return len(entries)
+}
+
+func cellsLive(cells []*counterCell) bool {
+	for _, c := range cells {
+		if c.dead {
+			return false
+		}
+	}
+	return true
+}
+
 // cellEntries returns the capacity entries of an allocation (the seed's
 // capacityEntries) with their cells.
 func (s *Store) cellEntries(a authority.PlacementAllocation) []cellEntry {

@@ -1,9 +1,9 @@
 package memory
 
 import (
-	"bytes"
 	"context"
 	"time"
+	"unsafe"
 
 	authority "github.com/zlink-systems/authority"
 )
@@ -19,10 +19,27 @@ const (
 	reservationAborted
 )
 
-// reservationTerminal is a retained reservation outcome.
+// reservationTerminal is a retained reservation outcome. It holds no
+// pointer, so that the collector does not scan the map of them.
 type reservationTerminal struct {
-	state    reservationState
-	deadline time.Time
+	state reservationState
+	// deadline is the deadline of the sweep entry made with it.
+	deadline time.Duration
+}
+
+// reservationTerminal returns the retained outcome of a reservation.
+func (s *Store) reservationTerminal(reservationID string) (reservationTerminal, bool) {
+	id, ok := parseReservationID(reservationID)
+	if !ok {
+		return reservationTerminal{}, false
+	}
+	t, ok := s.reservationTerminals[id]
+	return t, ok
+}
+
+// endReservation records how the reservation of r ended.
+func (s *Store) endReservation(r *row, state reservationState, now time.Time) {
+	s.setReservationTerminal(r.meta.creation.id, state, now)
 }
 
 // Reserve creates a reserved row for a new object (the seed's reserve).
@@ -70,38 +87,49 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		s.ownerGeneration >= authority.MaxGeneration {
 		return authority.ReserveResult{Kind: authority.KindGenerationExhausted}, nil
 	}
-	reservationID := s.newReservationID()
 	s.storeVersion++
 	s.objectGeneration++
 	s.ownerGeneration++
-	r := &row{
-		key: key,
-		snap: authority.Snapshot{
-			StoreVersion:             version(s.storeVersion),
-			ObjectGeneration:         s.objectGeneration,
-			AuthorityOwnerGeneration: s.ownerGeneration,
-			OwnerID:                  target.Owner.OwnerID,
-			OwnerLeaseGeneration:     target.Owner.LeaseGeneration,
-		},
-		meta: &rowMeta{creation: creation{reservationID: reservationID, target: target}},
+	// One allocation holds the row, its shared parts, the reservation ID
+	// and (when they fit) the request digest and the payload.
+	b := new(reservationBlock)
+	id := s.newReservationID()
+	encodeUUID(&b.idText, id)
+	// The ID's text is written once, above, and never again: a string can
+	// share it.
+	reservationID := unsafe.String(&b.idText[0], len(b.idText))
+	r, m := &b.row, &b.meta
+	r.key = key
+	r.version = s.storeVersion
+	r.snap = authority.Snapshot{
+		ObjectGeneration:         s.objectGeneration,
+		AuthorityOwnerGeneration: s.ownerGeneration,
+		OwnerID:                  target.Owner.OwnerID,
+		OwnerLeaseGeneration:     target.Owner.LeaseGeneration,
 	}
-	s.setAllocation(r, alloc)
-	r.meta.pending = authority.PendingCreation{
+	m.creation = creation{id: id, reservationID: reservationID, target: target}
+	s.initAllocation(r, m, alloc)
+	m.pending = authority.PendingCreation{
 		ReservationID:           reservationID,
 		RequestContentReference: req.Intent.RequestContentReference,
 		RequestEncodedSize:      req.Intent.RequestEncodedSize,
 	}
-	// One allocation holds the payload and the request digest.
-	buf := make([]byte, len(req.CreatingPayload)+len(req.Intent.RequestSHA256))
-	n := copy(buf, req.CreatingPayload)
-	if req.CreatingPayload != nil {
-		r.snap.Payload = buf[:n:n]
+	// The digest first, then the payload, whose capacity runs to the end of
+	// the buffer: a rewrite in place (commit) can reuse it.
+	digestLen := len(req.Intent.RequestSHA256)
+	var buf []byte
+	if size := digestLen + len(req.CreatingPayload); size <= len(b.inline) {
+		buf = b.inline[:]
+	} else {
+		buf = make([]byte, size)
 	}
-	copy(buf[n:], req.Intent.RequestSHA256)
-	r.meta.pending.RequestSHA256 = buf[n:]
-	r.snap.PendingCreation = &r.meta.pending
+	m.pending.RequestSHA256 = buf[:copy(buf, req.Intent.RequestSHA256):digestLen]
+	if req.CreatingPayload != nil {
+		r.snap.Payload = buf[digestLen : digestLen+copy(buf[digestLen:], req.CreatingPayload)]
+	}
+	r.snap.PendingCreation = &m.pending
 	s.putRow(r)
-	s.adjust(countPending, r.meta.entries(), 1)
+	s.adjust(countPending, m.entries(), 1)
 	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshot(now)}, nil
 }
 
@@ -113,23 +141,24 @@ func (s *Store) reservedRow(key authority.Key, reservationID string, expected au
 	if r == nil ||
 		r.snap.Allocation.State != authority.AllocationReserved ||
 		r.meta.creation.reservationID != reservationID ||
-		r.snap.StoreVersion != expected ||
+		!r.versionIs(expected) ||
 		r.meta.creation.target != target {
 		return nil
 	}
 	return r
 }
 
-// activate returns the active row a reserved row becomes, and moves its
-// capacity from reserved to active.
-func (s *Store) activate(r *row, v authority.StoreVersion, payload []byte) *row {
+// activate stores the active row a reserved row becomes, moves its capacity
+// from reserved to active and returns the new row.
+func (s *Store) activate(r *row, v int64, payload []byte) *row {
 	s.adjust(countPending, r.meta.entries(), -1)
-	next := r.successor()
-	next.snap.StoreVersion = v
-	next.snap.Payload = bytes.Clone(payload)
+	next, inPlace := s.next(r)
+	next.version = v
+	next.snap.Payload = payloadCopy(r.snap.Payload, payload, inPlace)
 	next.snap.Allocation.State = authority.AllocationActive
 	next.snap.PendingCreation = nil
 	s.adjust(countActive, next.meta.entries(), 1)
+	s.storeNext(next, inPlace)
 	return next
 }
 
@@ -144,11 +173,10 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 		return authority.CommitResult{}, err
 	}
 	defer s.mu.Unlock()
-	terminal, retained := s.reservationTerminals[req.ReservationID]
-	current := s.row(key)
-	if retained && terminal.state == reservationCommitted &&
-		current != nil && current.snap.Allocation.State == authority.AllocationActive {
-		return authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: current.snapshot(now)}, nil
+	if current := s.row(key); current != nil && current.snap.Allocation.State == authority.AllocationActive {
+		if t, ok := s.reservationTerminal(req.ReservationID); ok && t.state == reservationCommitted {
+			return authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: current.snapshot(now)}, nil
+		}
 	}
 	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
 	if r == nil || !s.isCreationTargetLive(r.meta.creation.target) {
@@ -158,9 +186,8 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	if !ok {
 		return authority.CommitResult{Kind: authority.KindGenerationExhausted}, nil
 	}
+	s.endReservation(r, reservationCommitted, now)
 	ready := s.activate(r, v, req.ReadyPayload)
-	s.putRow(ready)
-	s.setReservationTerminal(req.ReservationID, reservationCommitted, now)
 	return authority.CommitResult{Kind: authority.KindCommitted, Ready: ready.snapshot(now)}, nil
 }
 
@@ -183,7 +210,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 	if existing := s.operationTerminals[opKey]; existing != nil && existing.ExpiresAt.After(now) {
 		return authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: existing.Clone()}, nil
 	}
-	if t, ok := s.reservationTerminals[req.ReservationID]; ok && t.state != reservationAborted {
+	if t, ok := s.reservationTerminal(req.ReservationID); ok && t.state != reservationAborted {
 		// The seed returns the retained terminal even once expired; this
 		// store treats an expired terminal as gone (it may be swept).
 		retained := s.operationTerminals[opKey]
@@ -205,9 +232,8 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 	}
 	var result authority.CompleteCreationResult
 	if req.Completion.Kind == authority.TerminalCreated {
+		s.endReservation(r, reservationCommitted, now)
 		ready := s.activate(r, v, req.Completion.ReadyPayload)
-		s.putRow(ready)
-		s.setReservationTerminal(req.ReservationID, reservationCommitted, now)
 		result = authority.CompleteCreationResult{Kind: authority.KindCreated, Ready: ready.snapshot(now)}
 	} else {
 		s.adjust(countPending, r.meta.entries(), -1)
@@ -216,7 +242,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		if req.Completion.Kind == authority.TerminalFailed {
 			state = reservationFailed
 		}
-		s.setReservationTerminal(req.ReservationID, state, now)
+		s.endReservation(r, state, now)
 		result = authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind)}
 	}
 	s.setOperationTerminal(opKey, record)
@@ -272,7 +298,7 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 		return authority.AbortResult{}, err
 	}
 	defer s.mu.Unlock()
-	if t, ok := s.reservationTerminals[req.ReservationID]; ok && t.state == reservationAborted {
+	if t, ok := s.reservationTerminal(req.ReservationID); ok && t.state == reservationAborted {
 		return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
 	}
 	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
@@ -281,6 +307,6 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	}
 	s.adjust(countPending, r.meta.entries(), -1)
 	s.deleteRow(r)
-	s.setReservationTerminal(req.ReservationID, reservationAborted, now)
+	s.endReservation(r, reservationAborted, now)
 	return authority.AbortResult{Kind: authority.KindAborted}, nil
 }

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"sort"
 	"strings"
 	"time"
 
@@ -58,16 +59,24 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 	if cursor != "" {
 		pivot.key = pos.After
 	}
+	// The pivot has the prefix, so the keys with the prefix are one run
+	// from it: collect limit+1 rows without reading their keys, then cut the
+	// run's end by a binary search. A continuation skips After itself, the
+	// first row at or after the pivot if it is there.
+	first := true
 	tree.Ascend(pivot, func(r *row) bool {
-		if !strings.HasPrefix(string(r.key), prefix) {
-			return false
-		}
-		if cursor != "" && r.key == pos.After {
-			return true
+		if first {
+			first = false
+			if cursor != "" && r.key == pos.After {
+				return true
+			}
 		}
 		rows = append(rows, r)
 		return len(rows) <= limit
 	})
+	rows = rows[:sort.Search(len(rows), func(i int) bool {
+		return !strings.HasPrefix(string(rows[i].key), prefix)
+	})]
 	more := len(rows) > limit
 	if more {
 		rows = rows[:limit]
@@ -75,9 +84,15 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 			s.pin(revision, now)
 		}
 	}
+	// Copy the rows outside the lock; while copying counts this listing,
+	// writes store successors instead of rewriting rows in place.
+	s.copying++
 	s.mu.Unlock()
-	// Row values are immutable: copy them outside the lock.
-	result := authority.ScanResult{Kind: authority.KindPage, Items: page(rows, now)}
+	items := page(rows, now)
+	s.mu.Lock()
+	s.copying--
+	s.mu.Unlock()
+	result := authority.ScanResult{Kind: authority.KindPage, Items: items}
 	if more {
 		result.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
 			Scope: s.scope, Prefix: prefix, Revision: revision, After: rows[len(rows)-1].key,
@@ -133,21 +148,40 @@ func (s *Store) dropExpiredPins(now time.Time) {
 	}
 }
 
-// page copies rows into scan items, with one allocation for all snapshots
-// and one for all their bytes.
+// page copies rows into scan items in one pass over the rows (each row is
+// read once, while it is in the cache): one allocation holds every snapshot,
+// and the Spot types, pending creations and bytes are carved from slabs.
 func page(rows []*row, now time.Time) []authority.ScanItem {
 	items := make([]authority.ScanItem, len(rows))
-	snaps := make([]exported, len(rows))
-	size := 0
-	for _, r := range rows {
-		size += r.exportSize()
-	}
-	arena := make([]byte, size)
+	snaps := make([]authority.Snapshot, len(rows))
+	var st []authority.SpotTypeCapacity
+	var pc []authority.PendingCreation
+	var arena []byte
 	for i, r := range rows {
+		var stp *authority.SpotTypeCapacity
+		if r.snap.Allocation.Capacity.SpotType != nil {
+			if len(st) == 0 {
+				st = make([]authority.SpotTypeCapacity, len(rows)-i)
+			}
+			stp, st = &st[0], st[1:]
+		}
+		var pcp *authority.PendingCreation
+		if r.snap.PendingCreation != nil {
+			if len(pc) == 0 {
+				pc = make([]authority.PendingCreation, min(len(rows)-i, 64))
+			}
+			pcp, pc = &pc[0], pc[1:]
+		}
 		n := r.exportSize()
-		r.exportInto(&snaps[i], arena[:n:n], now)
+		if len(arena) < n {
+			arena = make([]byte, max(n, arenaChunk))
+		}
+		r.exportInto(&snaps[i], stp, pcp, arena[:n:n], now)
 		arena = arena[n:]
-		items[i] = authority.ScanItem{Key: r.key, Snapshot: &snaps[i].snap}
+		items[i] = authority.ScanItem{Key: r.key, Snapshot: &snaps[i]}
 	}
 	return items
 }
+
+// arenaChunk is the size of the slabs a page carves its bytes from.
+const arenaChunk = 16 << 10

@@ -209,7 +209,7 @@ func TestListIgnoresLaterWrites(t *testing.T) {
 	e.s.mu.Lock()
 	e.s.index.Scan(func(r *row) bool {
 		if r.snap.Allocation.State == authority.AllocationActive {
-			snapshot[r.key] = r.snap.StoreVersion
+			snapshot[r.key] = r.storeVersion()
 		}
 		return true
 	})

@@ -1,40 +1,73 @@
 package memory
 
 import (
+	"bytes"
+	"strconv"
+	"strings"
 	"time"
+	"unsafe"
+
+	"github.com/google/uuid"
 
 	authority "github.com/zlink-systems/authority"
 )
 
-// row is one authority row. A row value is immutable once it is in the
-// store: a write stores a successor, so pinned listings keep seeing the old
-// value. The pointers of snap (the Spot type of the capacity, the pending
-// creation) point into meta, which the versions of a row share until its
-// allocation changes.
+// row is one authority row. A row value that a pinned listing can see, or
+// that a listing is copying outside the lock, is immutable: a write stores a
+// successor, so the listing keeps seeing the old value. Any other row value
+// is rewritten in place (Store.writable), which saves an allocation per write.
+// The pointers of snap (the Spot type of the capacity, the pending creation)
+// point into meta, which the versions of a row share until its allocation
+// changes.
 type row struct {
-	key  authority.Key
-	snap authority.Snapshot // StoreNow is unset
+	key authority.Key
+	// snap is the row's state. Its StoreVersion and StoreNow are unset:
+	// export writes them (the version from version).
+	snap authority.Snapshot
+	// version is the row's store version (the decimal text of the
+	// snapshot's StoreVersion).
+	version int64
+	// born is the store revision at which this value was written.
+	born int64
 	meta *rowMeta
 }
 
-// rowMeta is what the versions of a row share.
+// rowMeta is what the versions of a row share. spotType comes first: in a
+// reservationBlock it then shares cache lines with the row, which a listing
+// reads.
 type rowMeta struct {
+	spotType authority.SpotTypeCapacity
+	// cells are the capacity entries of the row's allocation, with their
+	// counters resolved; entries() is the used part.
+	cells [3]cellEntry
+	n     int
 	// creation is the reservation the row was created by (the seed's
 	// row.creation).
 	creation creation
-	// cells are the capacity entries of the row's allocation, with their
-	// counters resolved; entries() is the used part.
-	cells    [3]cellEntry
-	n        int
-	spotType authority.SpotTypeCapacity
 	pending  authority.PendingCreation
 }
 
 // creation is the reservation a row was made by.
 type creation struct {
+	// id is the reservation ID; reservationID is its text.
+	id            uuid.UUID
 	reservationID string
 	target        authority.CreationTarget
 }
+
+// reservationBlock is what Reserve allocates for a new row: the row, its
+// shared parts, the reservation ID's text and, when they fit, the creating
+// payload and the request digest, in one allocation. The parts a listing
+// reads (the row, its payload, its Spot type) come first and are adjacent.
+type reservationBlock struct {
+	row    row
+	inline [blockInlineBytes]byte
+	meta   rowMeta
+	idText [uuidTextLen]byte
+}
+
+// blockInlineBytes fills reservationBlock to its allocation size class.
+const blockInlineBytes = 80
 
 func rowLess(a, b *row) bool { return a.key < b.key }
 
@@ -45,65 +78,156 @@ func (r *row) successor() *row {
 	return n
 }
 
+// versionIs reports whether v is the row's store version: its decimal text,
+// without sign or leading zeros.
+func (r *row) versionIs(v authority.StoreVersion) bool {
+	if len(v) == 0 || len(v) > 18 || len(v) > 1 && v[0] == '0' {
+		// 18 digits cannot overflow; longer text is compared as text.
+		var buf [20]byte
+		return len(v) > 18 && string(strconv.AppendInt(buf[:0], r.version, 10)) == string(v)
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n == r.version
+}
+
 // entries returns the row's capacity entries.
 func (m *rowMeta) entries() []cellEntry { return m.cells[:m.n] }
 
 // setAllocation gives r a new allocation (and so new shared parts).
 func (s *Store) setAllocation(r *row, a authority.PlacementAllocation) {
 	m := &rowMeta{creation: r.meta.creation}
+	// The ID's text may live in the reservation's block: copy it, so that
+	// the block can go.
+	m.creation.reservationID = strings.Clone(m.creation.reservationID)
+	s.initAllocation(r, m, a)
+}
+
+// initAllocation makes m r's shared parts and a its allocation.
+func (s *Store) initAllocation(r *row, m *rowMeta, a authority.PlacementAllocation) {
 	if a.Capacity.SpotType != nil {
 		m.spotType = *a.Capacity.SpotType
 		a.Capacity.SpotType = &m.spotType
 	}
-	for _, e := range authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity) {
-		m.cells[m.n] = cellEntry{cell: s.cell(e.Counter), count: e.Count}
-		m.n++
-	}
+	m.n = s.resolveCells(&m.cells, &a)
 	r.snap.Allocation = a
 	r.meta = m
 }
 
-// exported is a caller-owned snapshot with its pointed-to parts, allocated
-// together.
+// payloadCopy returns a copy of p to store as the payload of a row whose
+// previous payload was old. When the row is rewritten in place (inPlace),
+// old's buffer is the row's own and is reused if p fits it without holding
+// on to much more than p needs.
+func payloadCopy(old, p []byte, inPlace bool) []byte {
+	if p == nil {
+		return nil
+	}
+	if inPlace && old != nil && cap(old) >= len(p) && cap(old) <= 2*len(p)+128 {
+		old = old[:len(p)]
+		copy(old, p)
+		return old
+	}
+	return bytes.Clone(p)
+}
+
+// exported is a caller-owned snapshot with its pointed-to parts.
 type exported struct {
 	snap     authority.Snapshot
 	spotType authority.SpotTypeCapacity
 	pending  authority.PendingCreation
 }
 
-// exportSize is how many bytes of payload and digest a snapshot copy needs.
+// exportedActive is a caller-owned snapshot without a pending creation and
+// with room for its bytes, in one allocation.
+type exportedActive struct {
+	snap     authority.Snapshot
+	spotType authority.SpotTypeCapacity
+	text     [activeInlineBytes]byte
+}
+
+// exportedPending is exported with room for its bytes, in one allocation.
+type exportedPending struct {
+	exported
+	text [pendingInlineBytes]byte
+}
+
+// The inline sizes fill the allocation size classes of exportedActive (320
+// bytes) and exportedPending (416 bytes).
+const (
+	activeInlineBytes  = 56
+	pendingInlineBytes = 88
+)
+
+// exportSize is how many bytes of text (version, reservation ID, payload,
+// digest) a snapshot copy needs.
 func (r *row) exportSize() int {
-	n := len(r.snap.Payload)
+	n := decimalLen(r.version) + len(r.snap.Payload)
 	if p := r.snap.PendingCreation; p != nil {
 		n += len(p.RequestSHA256)
 	}
 	return n
 }
 
-// exportInto copies the row's snapshot into x, its bytes into buf (of
-// exportSize bytes), stamped with now.
-func (r *row) exportInto(x *exported, buf []byte, now time.Time) {
-	x.snap = r.snap
-	x.snap.StoreNow = now
-	if st := r.snap.Allocation.Capacity.SpotType; st != nil {
-		x.spotType = *st
-		x.snap.Allocation.Capacity.SpotType = &x.spotType
+// decimalLen is the length of strconv.FormatInt(v, 10) for v ≥ 0.
+func decimalLen(v int64) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
+}
+
+// exportInto copies the row's snapshot into x, stamped with now, its Spot
+// type into st and its pending creation into pc (each needed only when the
+// row has one), and its bytes into buf (of exportSize bytes). The version
+// text shares buf: the caller owns the payload and digest slices, which are
+// capped so that the version's bytes stay out of their reach.
+func (r *row) exportInto(x *authority.Snapshot, st *authority.SpotTypeCapacity, pc *authority.PendingCreation, buf []byte, now time.Time) {
+	*x = r.snap
+	x.StoreNow = now
+	v := strconv.AppendInt(buf[:0], r.version, 10)
+	// The digits are written once, here, and never again: a string can
+	// share them.
+	x.StoreVersion = authority.StoreVersion(unsafe.String(unsafe.SliceData(v), len(v)))
+	buf = buf[len(v):]
+	if s := r.snap.Allocation.Capacity.SpotType; s != nil {
+		*st = *s
+		x.Allocation.Capacity.SpotType = st
 	}
 	if r.snap.Payload != nil {
 		n := copy(buf, r.snap.Payload)
-		x.snap.Payload, buf = buf[:n:n], buf[n:]
+		x.Payload, buf = buf[:n:n], buf[n:]
 	}
 	if p := r.snap.PendingCreation; p != nil {
-		x.pending = *p
+		*pc = *p
 		n := copy(buf, p.RequestSHA256)
-		x.pending.RequestSHA256 = buf[:n:n]
-		x.snap.PendingCreation = &x.pending
+		pc.RequestSHA256 = buf[:n:n]
+		x.PendingCreation = pc
 	}
 }
 
-// snapshot returns a caller-owned copy of the row's snapshot.
+// snapshot returns a caller-owned copy of the row's snapshot, in one
+// allocation when its bytes are small.
 func (r *row) snapshot(now time.Time) *authority.Snapshot {
+	size := r.exportSize()
+	switch {
+	case r.snap.PendingCreation == nil && size <= activeInlineBytes:
+		x := new(exportedActive)
+		r.exportInto(&x.snap, &x.spotType, nil, x.text[:size:size], now)
+		return &x.snap
+	case size <= pendingInlineBytes:
+		x := new(exportedPending)
+		r.exportInto(&x.snap, &x.spotType, &x.pending, x.text[:size:size], now)
+		return &x.snap
+	}
 	x := new(exported)
-	r.exportInto(x, make([]byte, r.exportSize()), now)
+	r.exportInto(&x.snap, &x.spotType, &x.pending, make([]byte, size), now)
 	return &x.snap
 }

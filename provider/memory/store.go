@@ -78,22 +78,29 @@ type Store struct {
 	// revision counts row writes; a listing pins the index at a revision.
 	revision int64
 	pins     []pin
+	// copying counts the listings copying rows outside the lock.
+	copying int
+	// cellCache resolves the capacity cells of reservations.
+	cellCache cellCache
 
 	storeVersion     int64
 	objectGeneration int64
 	ownerGeneration  int64
 
-	reservationTerminals map[string]reservationTerminal
+	reservationTerminals map[uuid.UUID]reservationTerminal
 	operationTerminals   map[string]*authority.TerminalRecord
 	aggregates           map[authority.Fence]*aggregateRecord
 	counters             map[authority.CapacityCounter]*counterCell
 
-	reservationSweep fifo[sweepEntry[string]]
+	reservationSweep fifo[reservationSweepEntry]
 	aggregateSweep   fifo[sweepEntry[authority.Fence]]
 	terminalSweep    terminalHeap
 
 	watches map[authority.Key]*watch
 	ids     *rand.ChaCha8
+	// epoch is the clock's reading at New; reservation deadlines are kept
+	// as offsets from it.
+	epoch time.Time
 }
 
 var (
@@ -115,7 +122,7 @@ func New(opts Options) *Store {
 		policy:               opts.Capacity,
 		claims:               opts.Identity,
 		index:                btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
-		reservationTerminals: make(map[string]reservationTerminal),
+		reservationTerminals: make(map[uuid.UUID]reservationTerminal),
 		operationTerminals:   make(map[string]*authority.TerminalRecord),
 		aggregates:           make(map[authority.Fence]*aggregateRecord),
 		counters:             make(map[authority.CapacityCounter]*counterCell),
@@ -124,6 +131,7 @@ func New(opts Options) *Store {
 	if s.clock == nil {
 		s.clock = authority.SystemClock{}
 	}
+	s.epoch = s.clock.Now()
 	if s.retention <= 0 {
 		s.retention = DefaultRetention
 	}
@@ -183,12 +191,12 @@ func version(n int64) authority.StoreVersion {
 }
 
 // nextStoreVersion is the seed's tryNextStoreVersion.
-func (s *Store) nextStoreVersion() (authority.StoreVersion, bool) {
+func (s *Store) nextStoreVersion() (int64, bool) {
 	if s.storeVersion >= authority.MaxGeneration {
-		return "", false
+		return 0, false
 	}
 	s.storeVersion++
-	return version(s.storeVersion), true
+	return s.storeVersion, true
 }
 
 // row returns the row at key, or nil. The caller holds s.mu.
@@ -202,6 +210,33 @@ func (s *Store) row(key authority.Key) *row {
 func (s *Store) putRow(r *row) {
 	s.index.SetHint(r, &s.hint)
 	s.changed(r.key)
+	r.born = s.revision
+}
+
+// writable reports whether the row value r can be rewritten in place: no
+// pinned listing can see it (every pin was taken before r was written) and
+// no listing is copying rows outside the lock. The caller holds s.mu.
+func (s *Store) writable(r *row) bool {
+	return s.copying == 0 && (len(s.pins) == 0 || s.pins[len(s.pins)-1].revision < r.born)
+}
+
+// next returns the value to write the next version of r into: r itself
+// when it is writable, else a successor. inPlace reports which.
+func (s *Store) next(r *row) (next *row, inPlace bool) {
+	if s.writable(r) {
+		return r, true
+	}
+	return r.successor(), false
+}
+
+// storeNext stores next, the next version of a row, made by next.
+func (s *Store) storeNext(next *row, inPlace bool) {
+	if !inPlace {
+		s.putRow(next)
+		return
+	}
+	s.changed(next.key)
+	next.born = s.revision
 }
 
 // deleteRow removes the row at r.key.
@@ -242,11 +277,65 @@ func (s *Store) isCreationTargetLive(t authority.CreationTarget) bool {
 // newReservationID returns a random version 4 UUID, like the seed's
 // randomUUID, drawn from the store's ChaCha8 generator (seeded from
 // crypto/rand) so that the hot path does not read the system's randomness.
-func (s *Store) newReservationID() string {
+func (s *Store) newReservationID() uuid.UUID {
 	var id uuid.UUID
 	binary.LittleEndian.PutUint64(id[:8], s.ids.Uint64())
 	binary.LittleEndian.PutUint64(id[8:], s.ids.Uint64())
 	id[6] = id[6]&0x0f | 0x40 // version 4
 	id[8] = id[8]&0x3f | 0x80 // RFC 4122 variant
-	return id.String()
+	return id
+}
+
+// uuidTextLen is the length of a UUID's canonical text.
+const uuidTextLen = 36
+
+// encodeUUID writes id's canonical text (uuid.UUID.String) into dst.
+func encodeUUID(dst *[uuidTextLen]byte, id uuid.UUID) {
+	hex.Encode(dst[0:8], id[0:4])
+	dst[8] = '-'
+	hex.Encode(dst[9:13], id[4:6])
+	dst[13] = '-'
+	hex.Encode(dst[14:18], id[6:8])
+	dst[18] = '-'
+	hex.Encode(dst[19:23], id[8:10])
+	dst[23] = '-'
+	hex.Encode(dst[24:], id[10:])
+}
+
+// parseReservationID decodes text in the canonical form encodeUUID writes
+// (lower-case hex, hyphenated). Any other text is no reservation of this
+// store: ok is false.
+func parseReservationID(text string) (id uuid.UUID, ok bool) {
+	if len(text) != uuidTextLen {
+		return id, false
+	}
+	j := 0
+	for i := 0; i < uuidTextLen; {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if text[i] != '-' {
+				return id, false
+			}
+			i++
+			continue
+		}
+		hi, ok1 := lowerHex(text[i])
+		lo, ok2 := lowerHex(text[i+1])
+		if !ok1 || !ok2 {
+			return id, false
+		}
+		id[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return id, true
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }

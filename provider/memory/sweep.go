@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"time"
 
+	"github.com/google/uuid"
+
 	authority "github.com/zlink-systems/authority"
 )
 
@@ -64,13 +66,14 @@ func (h *terminalHeap) Pop() any {
 
 // sweep removes every record due at now. The caller holds s.mu.
 func (s *Store) sweep(now time.Time) {
+	at := now.Sub(s.epoch)
 	for s.reservationSweep.len() > 0 {
 		e := s.reservationSweep.front()
-		if e.deadline.After(now) {
+		if e.deadline > at {
 			break
 		}
-		if t, ok := s.reservationTerminals[e.key]; ok && !t.deadline.After(now) {
-			delete(s.reservationTerminals, e.key)
+		if t, ok := s.reservationTerminals[e.id]; ok && t.deadline == e.deadline {
+			delete(s.reservationTerminals, e.id)
 		}
 		s.reservationSweep.pop()
 	}
@@ -94,11 +97,19 @@ func (s *Store) sweep(now time.Time) {
 	s.dropExpiredPins(now)
 }
 
+// reservationSweepEntry is a reservation terminal due for removal at
+// deadline (an offset from the store's epoch). It holds no pointer, so that
+// the collector does not scan the queue.
+type reservationSweepEntry struct {
+	id       uuid.UUID
+	deadline time.Duration
+}
+
 // setReservationTerminal is the seed's creationTerminals.set.
-func (s *Store) setReservationTerminal(id string, state reservationState, now time.Time) {
-	deadline := now.Add(s.retention)
+func (s *Store) setReservationTerminal(id uuid.UUID, state reservationState, now time.Time) {
+	deadline := now.Add(s.retention).Sub(s.epoch)
 	s.reservationTerminals[id] = reservationTerminal{state: state, deadline: deadline}
-	s.reservationSweep.push(sweepEntry[string]{key: id, deadline: deadline})
+	s.reservationSweep.push(reservationSweepEntry{id: id, deadline: deadline})
 }
 
 // setOperationTerminal is the seed's operationTerminals.set.

@@ -26,11 +26,8 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 	if _, err := s.begin(ctx); err != nil {
 		return err
 	}
-	var current authority.StoreVersion
-	if r := s.row(key); r != nil {
-		current = r.snap.StoreVersion
-	}
-	if current != seen {
+	r := s.row(key)
+	if r == nil && seen != "" || r != nil && !r.versionIs(seen) {
 		s.mu.Unlock()
 		return nil
 	}
