@@ -79,6 +79,7 @@ func BenchmarkRawEtcd(b *testing.B) {
 				}
 				return err
 			})
+			b.ReportMetric(float64(len(value)), "value-B")
 		})
 	}
 	// not a target: the cost of the store's reserve+commit Txns to etcd alone

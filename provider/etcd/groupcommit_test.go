@@ -201,12 +201,16 @@ func TestGroupCommitCancelled(t *testing.T) {
 	s := newStore(t, nil, etcdstore.Config{Clock: clock})
 	fx := conformance.NewFixture(t, harnessFor(s, clock))
 	s.SetCapacityPolicy(conformance.ActorLimit(100))
-	reqs := make([]authority.ReserveRequest, 32)
+	reqs := make([]authority.ReserveRequest, 96)
 	for i := range reqs {
 		reqs[i] = fx.ReserveRequest(authority.ObjectActor, fmt.Sprintf("k%02d", i), conformance.TargetA)
 	}
+	// the odd requests are cancelled once the first batch is done, while
+	// later ones are queued or in flight
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	var once sync.Once
+	firstDone := make(chan struct{})
 	errs := make([]error, len(reqs))
 	outs := make([]authority.ReserveResult, len(reqs))
 	for i := range reqs {
@@ -218,8 +222,10 @@ func TestGroupCommitCancelled(t *testing.T) {
 				c = ctx
 			}
 			outs[i], errs[i] = s.Reserve(c, reqs[i])
+			once.Do(func() { close(firstDone) })
 		}()
 	}
+	<-firstDone
 	cancel()
 	wg.Wait()
 	n := 0
@@ -238,7 +244,7 @@ func TestGroupCommitCancelled(t *testing.T) {
 		n++
 	}
 	// whatever was reported reserved is there, and nothing else
-	rows := fx.ListAll(authority.KindPrefix(authority.ObjectActor), 100)
+	rows := fx.ListAll(authority.KindPrefix(authority.ObjectActor), 1000)
 	require.GreaterOrEqual(t, len(rows), n)
 	usage := fx.ActorUsage(conformance.NodeA)
 	require.Equal(t, int64(len(rows)), usage.Reserved)
