@@ -167,24 +167,7 @@ func applyOptions(opts []Option) options {
 }
 
 func start(o options) (*Server, error) {
-	loopback, _ := url.Parse("http://127.0.0.1:0")
-	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
-	cfg.Dir = o.dir
-	cfg.ListenPeerUrls = []url.URL{*loopback}
-	cfg.AdvertisePeerUrls = []url.URL{*loopback}
-	cfg.ListenClientUrls = []url.URL{*loopback}
-	cfg.AdvertiseClientUrls = []url.URL{*loopback}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger())
-	cfg.UnsafeNoFsync = !o.fsync
-	cfg.MaxTxnOps = o.maxTxnOps
-	cfg.MaxRequestBytes = o.maxRequestBytes
-	cfg.AutoCompactionMode = o.autoCompactionMode
-	cfg.AutoCompactionRetention = o.autoCompactionRetained
+	cfg := embedConfig(o, "http")
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
@@ -305,4 +288,30 @@ func (c quietCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Che
 		return ce.AddCore(e, c)
 	}
 	return ce
+}
+
+// embedConfig is the embedded member's configuration: loopback port 0 for
+// peers and clients (clientScheme "http" or "https"), quiet logging, and the
+// options' fsync, limits and auto-compaction.
+func embedConfig(o options, clientScheme string) *embed.Config {
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	client, _ := url.Parse(clientScheme + "://127.0.0.1:0")
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdtest"
+	cfg.Dir = o.dir
+	cfg.ListenPeerUrls = []url.URL{*peer}
+	cfg.AdvertisePeerUrls = []url.URL{*peer}
+	cfg.ListenClientUrls = []url.URL{*client}
+	cfg.AdvertiseClientUrls = []url.URL{*client}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"stderr"}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger())
+	cfg.UnsafeNoFsync = !o.fsync
+	cfg.MaxTxnOps = o.maxTxnOps
+	cfg.MaxRequestBytes = o.maxRequestBytes
+	cfg.AutoCompactionMode = o.autoCompactionMode
+	cfg.AutoCompactionRetention = o.autoCompactionRetained
+	return cfg
 }

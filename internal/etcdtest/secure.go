@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -49,25 +48,7 @@ func startSecure(o options, tlsInfo TLS) (*Server, error) {
 	if tlsInfo.CertFile != "" {
 		scheme = "https"
 	}
-	peer, _ := url.Parse("http://127.0.0.1:0")
-	client, _ := url.Parse(scheme + "://127.0.0.1:0")
-	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
-	cfg.Dir = o.dir
-	cfg.ListenPeerUrls = []url.URL{*peer}
-	cfg.AdvertisePeerUrls = []url.URL{*peer}
-	cfg.ListenClientUrls = []url.URL{*client}
-	cfg.AdvertiseClientUrls = []url.URL{*client}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger())
-	cfg.UnsafeNoFsync = !o.fsync
-	cfg.MaxTxnOps = o.maxTxnOps
-	cfg.MaxRequestBytes = o.maxRequestBytes
-	cfg.AutoCompactionMode = o.autoCompactionMode
-	cfg.AutoCompactionRetention = o.autoCompactionRetained
+	cfg := embedConfig(o, scheme)
 	cfg.BcryptCost = 4 // bcrypt.MinCost
 	cfg.ClientTLSInfo = transport.TLSInfo{
 		CertFile: tlsInfo.CertFile, KeyFile: tlsInfo.KeyFile,
