@@ -508,24 +508,48 @@ func logTail(path string, n int) string {
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
+//
+// They are drawn at random from below the kernel's ephemeral range
+// (memberPortLow..memberPortHigh): a port handed out by a ":0" listen or
+// taken by an outgoing connection always comes from the ephemeral range, so
+// neither can grab a member's port between this check and the member's bind,
+// nor while a killed member is down before Restart.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
+	seen := map[int]bool{}
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
 			_ = ln.Close()
 		}
 	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
+	for attempts := 0; len(ports) < n; attempts++ {
+		if attempts > 1000 {
+			return nil, fmt.Errorf("free port: no free port in %d..%d", memberPortLow, memberPortHigh)
 		}
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		port := memberPortLow + (int(b[0])<<8|int(b[1]))%(memberPortHigh-memberPortLow)
+		if seen[port] || port == 2379 || port == 2380 {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		seen[port] = true
 		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }
+
+// The range members' ports are drawn from: below Linux's default ephemeral
+// range (32768..60999) and above the well-known ports.
+const (
+	memberPortLow  = 12000
+	memberPortHigh = 32000
+)
 
 func randomToken() string {
 	var b [8]byte
