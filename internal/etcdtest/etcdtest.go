@@ -166,8 +166,10 @@ func applyOptions(opts []Option) options {
 	return o
 }
 
-func start(o options) (*Server, error) {
-	cfg := embedConfig(o, "http")
+func start(o options) (*Server, error) { return launch(embedConfig(o, "http")) }
+
+// launch starts an embedded member from cfg and waits until it serves.
+func launch(cfg *embed.Config) (*Server, error) {
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)

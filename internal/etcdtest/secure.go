@@ -3,14 +3,11 @@ package etcdtest
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // TLS configures the client listener of a server started by StartSecure.
@@ -54,23 +51,7 @@ func startSecure(o options, tlsInfo TLS) (*Server, error) {
 		CertFile: tlsInfo.CertFile, KeyFile: tlsInfo.KeyFile,
 		TrustedCAFile: tlsInfo.TrustedCAFile, ClientCertAuth: tlsInfo.ClientCertAuth,
 	}
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("start embedded etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(readyTimeout):
-		e.Server.Stop()
-		e.Close()
-		return nil, errors.New("embedded etcd was not ready in time")
-	}
-	if len(e.Clients) == 0 {
-		e.Close()
-		return nil, errors.New("embedded etcd has no client listener")
-	}
-	ep := e.Clients[0].Addr().String()
-	return &Server{etcd: e, endpoint: ep, endpoints: []string{ep}}, nil
+	return launch(cfg)
 }
 
 // ClientTLS returns the client TLS configuration trusting caFile and, when
