@@ -74,6 +74,12 @@ type Config struct {
 	// (default DefaultReservationRetention).
 	ReservationRetention time.Duration
 
+	// MaxConcurrentTxns is how many write Txns the store keeps in flight at
+	// once (default DefaultMaxConcurrentTxns; negative: no limit and no
+	// batching). Writes that find them all busy are sent together as one
+	// Txn when the next one ends, each keeping its own outcome (batch.go).
+	MaxConcurrentTxns int
+
 	// SkipVersionCheck skips the server version check of New.
 	SkipVersionCheck bool
 }
@@ -97,6 +103,7 @@ type Store struct {
 	tlsConfig *tls.Config
 	cache     *rowCache
 	leases    *leaseBuckets
+	batch     *writeBatcher
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -152,6 +159,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.kv = s.client.KV
 	s.leases = newLeaseBuckets(s)
+	switch {
+	case cfg.MaxConcurrentTxns == 0:
+		s.batch = newWriteBatcher(s, DefaultMaxConcurrentTxns)
+	case cfg.MaxConcurrentTxns < 0:
+		s.batch = newWriteBatcher(s, 0)
+	default:
+		s.batch = newWriteBatcher(s, cfg.MaxConcurrentTxns)
+	}
 	if !cfg.SkipVersionCheck {
 		if err := s.checkServer(ctx); err != nil {
 			_ = s.Close()

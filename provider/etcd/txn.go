@@ -68,11 +68,17 @@ func (s *Store) check(t *txn, what string) error {
 	return nil
 }
 
-// commit sends t after checking it fits. The caller checks Succeeded.
+// commit sends t after checking it fits, alone or batched with concurrent
+// writes (batch.go). The caller checks Succeeded.
 func (s *Store) commit(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
 	if err := s.check(t, what); err != nil {
 		return nil, err
 	}
+	return s.batch.commit(ctx, t)
+}
+
+// send sends t as one Txn.
+func (s *Store) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()

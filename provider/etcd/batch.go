@@ -1,0 +1,393 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Write batching.
+//
+// At most Config.MaxConcurrentTxns write Txns of a store are in flight at a
+// time. A write that finds a free slot is sent alone, exactly as built (its
+// own Else reads, its own context): one client, or a lightly loaded store,
+// sees no difference. A write that finds every slot busy queues; when a slot
+// frees, the queued writes are sent together as one Txn whose If is every
+// member's compares and whose Then is every member's ops. Each member keeps
+// its own exact outcome:
+//
+//   - the merged Txn succeeded: every member's compares held, each member's
+//     ops applied at the Txn's revision, and each gets the Then responses of
+//     its own ops;
+//   - it failed (some member's compare did not hold): nothing was written;
+//     its Else read every compared key, so the members whose compares held
+//     are known and go back to the head of the queue, and each of the others
+//     sends its own Txn alone, which decides its outcome from its own Else
+//     reads as if it had never been batched;
+//   - etcd refused it as a whole (a lease gone, a limit): nothing was
+//     written, and every member is sent alone;
+//   - the outcome is unknown (timeout, lost connection): every member gets
+//     ErrOutcomeUnknown, as it would alone.
+//
+// Members are independent by construction, so the merged Txn means the same
+// as the members applied one after another in any order: a write joins a
+// batch only if it writes no key another member writes or compares and
+// compares no key another member writes. Writes with a range compare (the
+// capacity fence of a reservation under a policy, already group-committed
+// per node) or a read among their ops are always sent alone.
+
+// DefaultMaxConcurrentTxns is the default Config.MaxConcurrentTxns.
+const DefaultMaxConcurrentTxns = 4
+
+// WriteStats counts a store's write Txns since New.
+type WriteStats struct {
+	// Txns is every write Txn sent (alone or merged).
+	Txns int64
+	// Batches is the merged Txns sent, and BatchedWrites the writes they
+	// carried.
+	Batches, BatchedWrites int64
+	// Fallbacks is the merged Txns that did not apply (a compare failed or
+	// etcd refused them), whose writes were then sent alone.
+	Fallbacks int64
+}
+
+// WriteStats returns the store's write Txn counts.
+func (s *Store) WriteStats() WriteStats {
+	b := s.batch
+	return WriteStats{Txns: b.txns.Load(), Batches: b.batches.Load(), BatchedWrites: b.batched.Load(), Fallbacks: b.fallbacks.Load()}
+}
+
+// writeBatcher queues the write Txns of one store (see above).
+type writeBatcher struct {
+	s   *Store
+	max int // slots; 0: batching off
+
+	txns, batches, batched, fallbacks atomic.Int64
+
+	mu    sync.Mutex
+	busy  int // slots in use: Txns in flight, or a drainer between them
+	queue []*queuedTxn
+}
+
+// queuedTxn is one write waiting for a slot.
+type queuedTxn struct {
+	ctx context.Context
+	t   *txn
+	// the write's keys (see keysOf)
+	writes, compares []string
+
+	done    chan struct{} // closed once the outcome below is set
+	taken   bool          // under writeBatcher.mu: in a batch being sent
+	retries int           // merged Txns it was in that failed on another's compare
+	alone   bool          // the batch did not apply: send t alone
+	resp    *clientv3.TxnResponse
+	err     error
+}
+
+func newWriteBatcher(s *Store, slots int) *writeBatcher {
+	return &writeBatcher{s: s, max: slots}
+}
+
+// keysOf returns the keys t writes and compares, or ok false when t cannot
+// join a batch (a range compare or write, or a read among its ops).
+func keysOf(t *txn) (writes, compares []string, ok bool) {
+	for _, c := range t.cmps {
+		if len(c.GetCompare().RangeEnd) > 0 {
+			return nil, nil, false
+		}
+		compares = append(compares, string(c.KeyBytes()))
+	}
+	for _, op := range t.then {
+		if !(op.IsPut() || op.IsDelete()) || len(op.RangeBytes()) > 0 {
+			return nil, nil, false
+		}
+		writes = append(writes, string(op.KeyBytes()))
+	}
+	return writes, compares, true
+}
+
+// send sends t as one Txn, counted.
+func (b *writeBatcher) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
+	b.txns.Add(1)
+	return b.s.send(ctx, t)
+}
+
+// commit sends t, alone or in a batch.
+func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
+	if b.max <= 0 {
+		return b.send(ctx, t)
+	}
+	b.mu.Lock()
+	if b.busy < b.max {
+		b.busy++
+		b.mu.Unlock()
+		resp, err := b.send(ctx, t)
+		b.release()
+		return resp, err
+	}
+	writes, compares, ok := keysOf(t)
+	if !ok || len(t.then) == 0 {
+		b.mu.Unlock()
+		return b.send(ctx, t)
+	}
+	q := &queuedTxn{ctx: ctx, t: t, writes: writes, compares: compares, done: make(chan struct{})}
+	b.queue = append(b.queue, q)
+	b.mu.Unlock()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		b.mu.Lock()
+		taken := q.taken
+		if !taken {
+			b.remove(q)
+		}
+		b.mu.Unlock()
+		if taken { // the batch may apply it after all
+			return nil, mapError(ctx.Err(), true)
+		}
+		return nil, authority.Wrap(authority.ErrUnavailable,
+			"etcd write not sent: its context ended while it waited for a free Txn slot", ctx.Err())
+	}
+	if q.alone {
+		return b.send(ctx, t)
+	}
+	return q.resp, q.err
+}
+
+// size estimates the bytes q adds to a merged Txn: its own, and the Else
+// read of each key it compares.
+func (q *queuedTxn) size() int {
+	n := q.t.bytes
+	for _, k := range q.compares {
+		n += len(k) + opOverhead
+	}
+	return n
+}
+
+// remove drops q from the queue (under mu).
+func (b *writeBatcher) remove(q *queuedTxn) {
+	for i, w := range b.queue {
+		if w == q {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// release frees a slot, or hands it to a drainer when writes are queued.
+func (b *writeBatcher) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.busy--
+		return
+	}
+	go b.drain()
+}
+
+// drain sends the queued writes, a batch at a time, until none is left; it
+// holds one slot meanwhile.
+func (b *writeBatcher) drain() {
+	for {
+		b.mu.Lock()
+		batch := b.take()
+		if len(batch) == 0 {
+			b.busy--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		b.run(batch)
+	}
+}
+
+// take removes from the queue, in arrival order, the writes that fit
+// together in one Txn (under mu).
+func (b *writeBatcher) take() []*queuedTxn {
+	var (
+		batch           []*queuedTxn
+		cmps, ops, size int
+		written         = map[string]bool{}
+		compared        = map[string]bool{}
+		rest            = b.queue[:0]
+	)
+	for _, q := range b.queue {
+		fits := len(batch) == 0 || cmps+len(q.t.cmps) <= b.s.maxOps && ops+len(q.t.then) <= b.s.maxOps &&
+			size+q.size() <= b.s.maxBytes && independent(q, written, compared)
+		if !fits {
+			rest = append(rest, q)
+			continue
+		}
+		for _, k := range q.writes {
+			written[k] = true
+		}
+		for _, k := range q.compares {
+			compared[k] = true
+		}
+		cmps, ops, size = cmps+len(q.t.cmps), ops+len(q.t.then), size+q.size()
+		q.taken = true
+		batch = append(batch, q)
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	return batch
+}
+
+// independent reports whether q neither writes a key the batch writes or
+// compares nor compares a key the batch writes.
+func independent(q *queuedTxn, written, compared map[string]bool) bool {
+	for _, k := range q.writes {
+		if written[k] || compared[k] {
+			return false
+		}
+	}
+	for _, k := range q.compares {
+		if written[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// run sends one batch and hands each member its outcome.
+func (b *writeBatcher) run(batch []*queuedTxn) {
+	// The Txn is for the members still waiting: it ends early only when all
+	// of them gave up.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	defer cancel()
+	waiting := atomic.Int32{}
+	waiting.Store(int32(len(batch)))
+	for _, q := range batch {
+		stop := context.AfterFunc(q.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	if len(batch) == 1 {
+		q := batch[0]
+		q.resp, q.err = b.send(ctx, q.t)
+		close(q.done)
+		return
+	}
+	// The Else reads every compared key (keys only): when the Txn fails,
+	// the members whose compares all held are known, at the same revision.
+	merged := &txn{}
+	compared := map[string]int{} // key → its response in the Else
+	for _, q := range batch {
+		merged.cmps = append(merged.cmps, q.t.cmps...)
+		merged.then = append(merged.then, q.t.then...)
+		for _, k := range q.compares {
+			if _, ok := compared[k]; !ok {
+				compared[k] = len(merged.els)
+				merged.els = append(merged.els, clientv3.OpGet(k, clientv3.WithKeysOnly()))
+			}
+		}
+	}
+	resp, err := b.send(ctx, merged)
+	b.batches.Add(1)
+	b.batched.Add(int64(len(batch)))
+	unknown := errors.Is(err, authority.ErrOutcomeUnknown)
+	if !unknown && (err != nil || !resp.Succeeded) {
+		b.fallbacks.Add(1)
+	}
+	var retry []*queuedTxn
+	off := 0
+	for _, q := range batch {
+		switch {
+		case unknown:
+			q.err = err
+		case err != nil:
+			q.alone = true
+		case !resp.Succeeded:
+			// Members whose compares held go on batched; the others are
+			// sent alone and decide from their own Else reads.
+			if q.retries < maxBatchRetries && holds(q, resp, compared) {
+				q.retries++
+				retry = append(retry, q)
+				continue
+			}
+			q.alone = true
+		default:
+			n := len(q.t.then)
+			q.resp = &clientv3.TxnResponse{
+				Header:    resp.Header,
+				Succeeded: true,
+				Responses: append([]*etcdserverpb.ResponseOp(nil), resp.Responses[off:off+n]...),
+			}
+			off += n
+		}
+		close(q.done)
+	}
+	if len(retry) > 0 {
+		b.requeue(retry)
+	}
+}
+
+// maxBatchRetries bounds how often one write goes back to the queue after a
+// merged Txn failed on another member's compare.
+const maxBatchRetries = 3
+
+// requeue puts writes whose compares held in a failed merged Txn back at the
+// head of the queue, except those whose caller gave up meanwhile: those end
+// here, so that nothing is sent after its caller returned.
+func (b *writeBatcher) requeue(retry []*queuedTxn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	head := make([]*queuedTxn, 0, len(retry)+len(b.queue))
+	for _, q := range retry {
+		if err := q.ctx.Err(); err != nil {
+			q.err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its context ended while it waited for a free Txn slot", err)
+			close(q.done)
+			continue
+		}
+		q.taken = false
+		head = append(head, q)
+	}
+	b.queue = append(head, b.queue...)
+}
+
+// holds reports whether every compare of q holds on the keys read by a
+// failed merged Txn's Else (compared: key → response index).
+func holds(q *queuedTxn, resp *clientv3.TxnResponse, compared map[string]int) bool {
+	for i := range q.t.cmps {
+		c := q.t.cmps[i].GetCompare()
+		var kv *mvccpb.KeyValue
+		if kvs := rangeKvs(resp, compared[string(c.Key)]); len(kvs) > 0 {
+			kv = kvs[0]
+		}
+		var have, want int64
+		switch c.Target {
+		case etcdserverpb.Compare_MOD:
+			have, want = kv.GetModRevision(), c.GetModRevision()
+		case etcdserverpb.Compare_CREATE:
+			have, want = kv.GetCreateRevision(), c.GetCreateRevision()
+		case etcdserverpb.Compare_VERSION:
+			have, want = kv.GetVersion(), c.GetVersion()
+		default:
+			return false // not decidable from keys: let it decide alone
+		}
+		var ok bool
+		switch c.Result {
+		case etcdserverpb.Compare_EQUAL:
+			ok = have == want
+		case etcdserverpb.Compare_NOT_EQUAL:
+			ok = have != want
+		case etcdserverpb.Compare_GREATER:
+			ok = have > want
+		case etcdserverpb.Compare_LESS:
+			ok = have < want
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
