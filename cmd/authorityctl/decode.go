@@ -129,38 +129,45 @@ func decodeLiveness(kv *mvccpb.KeyValue) (wireLiveness, error) {
 }
 
 // capacityKey is a parsed capacity index key:
-// capacity/<esc mesh>/<esc rid>/<lifecycle>/reserved|active/row|agg/<rest>.
+// capacity/<esc mesh>/<esc rid>/<lifecycle>/row|agg/<rest>.
 type capacityKey struct {
 	node      authority.NodeDescriptor
 	lifecycle int64
-	state     authority.AllocationState
 	holder    string // "row" or "agg"
 	name      string // authority key, or <esc aggregate ID>/<generation>
 }
 
 func parseCapacityKey(rest string) (capacityKey, error) {
-	parts := strings.SplitN(rest, "/", 6)
-	if len(parts) != 6 {
+	parts := strings.SplitN(rest, "/", 5)
+	if len(parts) != 5 {
 		return capacityKey{}, errUndecodable
 	}
 	mesh, err1 := url.PathUnescape(parts[0])
 	rid, err2 := url.PathUnescape(parts[1])
 	lc, err3 := strconv.ParseInt(parts[2], 10, 64)
-	st := authority.AllocationState(parts[3])
-	if err1 != nil || err2 != nil || err3 != nil ||
-		(st != authority.AllocationActive && st != authority.AllocationReserved) ||
-		(parts[4] != "row" && parts[4] != "agg") {
+	if err1 != nil || err2 != nil || err3 != nil || (parts[3] != "row" && parts[3] != "agg") {
 		return capacityKey{}, errUndecodable
 	}
-	return capacityKey{node: authority.NodeDescriptor{MeshName: mesh, RID: rid}, lifecycle: lc, state: st, holder: parts[4], name: parts[5]}, nil
+	return capacityKey{node: authority.NodeDescriptor{MeshName: mesh, RID: rid}, lifecycle: lc, holder: parts[3], name: parts[4]}, nil
 }
 
-func decodeCapacity(kv *mvccpb.KeyValue) (authority.CapacityVector, error) {
-	var w wireCapacity
+// wireCapacityEntry is a capacity entry's value: the state of the capacity
+// it holds and the vector.
+type wireCapacityEntry struct {
+	State string `json:"st"`
+	wireCapacity
+}
+
+func decodeCapacity(kv *mvccpb.KeyValue) (authority.AllocationState, authority.CapacityVector, error) {
+	var w wireCapacityEntry
 	if err := json.Unmarshal(kv.Value, &w); err != nil {
-		return authority.CapacityVector{}, fmt.Errorf("capacity key %q: %w", kv.Key, err)
+		return "", authority.CapacityVector{}, fmt.Errorf("capacity key %q: %w", kv.Key, err)
 	}
-	return w.vector(), nil
+	st := authority.AllocationState(w.State)
+	if st != authority.AllocationActive && st != authority.AllocationReserved {
+		return "", authority.CapacityVector{}, fmt.Errorf("capacity key %q: state %q: %w", kv.Key, w.State, errUndecodable)
+	}
+	return st, w.vector(), nil
 }
 
 // wireReservation is a reservation terminal.

@@ -184,7 +184,7 @@ func capacityUsage(ctx context.Context, c *clientv3.Client, ns, filter string) (
 		if filter != "" && filter != k.node.RID && filter != k.node.MeshName+"/"+k.node.RID {
 			continue
 		}
-		vec, err := decodeCapacity(kv)
+		state, vec, err := decodeCapacity(kv)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +198,7 @@ func capacityUsage(ctx context.Context, c *clientv3.Client, ns, filter string) (
 				u = &capacityUsageView{MeshName: k.node.MeshName, NodeRID: k.node.RID, LifecycleGeneration: k.lifecycle, Counter: name}
 				sums[e.Counter] = u
 			}
-			if k.state == authority.AllocationActive {
+			if state == authority.AllocationActive {
 				u.Active += e.Count
 			} else {
 				u.Reserved += e.Count

@@ -105,7 +105,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		t.put(aggKey, (&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}).encode())
 		reserved := target
 		reserved.State = authority.AllocationReserved
-		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(req.Capacity))
+		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(reserved.State, req.Capacity))
 		tresp, err := s.commit(ctx, t, "the aggregate prepare")
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
@@ -264,7 +264,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 		t.put(rowKey, n.encode(true))
 		if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
 			t.del(oldCap)
-			t.put(newCap, capacityValue(n.alloc.Capacity))
+			t.put(newCap, capacityValue(n.alloc.State, n.alloc.Capacity))
 		}
 		if oldIdx, newIdx := s.keys.ownerRow(r.owner, r.key), s.keys.ownerRow(n.owner, r.key); oldIdx != newIdx {
 			t.del(oldIdx)

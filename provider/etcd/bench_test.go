@@ -103,14 +103,15 @@ func benchRawShapedPair(b *testing.B, c *clientv3.Client, clients int, value str
 	if _, err := c.Put(ctx, live, "live", clientv3.WithLease(lease.ID)); err != nil {
 		b.Fatal(err)
 	}
-	capValue := `{"s":1,"k":"user_spot","t":"type-a","c":1,"x":true}`
+	reservedCap := `{"st":"reserved","s":1,"k":"user_spot","t":"type-a","c":1,"x":true}`
+	activeCap := `{"st":"active","s":1,"k":"user_spot","t":"type-a","c":1,"x":true}`
 	terminal := `{"state":"committed","expiresAt":"2030-01-02T03:04:05Z"}`
 	liveCmp := clientv3.Compare(clientv3.CreateRevision(live), ">", 0)
 	measure(b, clients, func(client, i int) error {
 		key := "user_spot/rc-" + strconv.Itoa(client) + "-" + strconv.Itoa(i)
 		row := ns + "rows/" + key
 		r1, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(row), "=", 0), liveCmp).
-			Then(clientv3.OpPut(row, value), clientv3.OpPut(ns+"capacity/mesh-1/node-a/1/reserved/row/"+key, capValue),
+			Then(clientv3.OpPut(row, value), clientv3.OpPut(ns+"capacity/mesh-1/node-a/1/row/"+key, reservedCap),
 				clientv3.OpPut(ns+"owner-rows/owner-a/1/"+key, "")).
 			Else(clientv3.OpGet(row), clientv3.OpGet(live)).Commit()
 		if err != nil {
@@ -120,8 +121,7 @@ func benchRawShapedPair(b *testing.B, c *clientv3.Client, clients int, value str
 			return errors.New("shaped reserve: compare failed")
 		}
 		r2, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(row), "=", r1.Header.Revision), liveCmp).
-			Then(clientv3.OpPut(row, value), clientv3.OpDelete(ns+"capacity/mesh-1/node-a/1/reserved/row/"+key),
-				clientv3.OpPut(ns+"capacity/mesh-1/node-a/1/active/row/"+key, capValue),
+			Then(clientv3.OpPut(row, value), clientv3.OpPut(ns+"capacity/mesh-1/node-a/1/row/"+key, activeCap),
 				clientv3.OpPut(ns+"reservations/"+strconv.Itoa(client)+"-"+strconv.Itoa(i), terminal, clientv3.WithLease(lease.ID))).
 			Else(clientv3.OpGet(row), clientv3.OpGet(ns+"reservations/x")).Commit()
 		if err != nil {
@@ -339,7 +339,7 @@ func rowKeys(s *etcdstore.Store, key authority.Key) [3]string {
 	ns := s.Namespace()
 	return [3]string{
 		ns + "rows/" + string(key),
-		ns + "capacity/mesh-1/node-a/1/active/row/" + string(key),
+		ns + "capacity/mesh-1/node-a/1/row/" + string(key),
 		ns + "owner-rows/owner-a/1/" + string(key),
 	}
 }

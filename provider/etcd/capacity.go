@@ -21,18 +21,16 @@ func (s *Store) sumUsage(node authority.NodeDescriptor, lifecycle int64, kvs []*
 	prefix := s.keys.capacityNode(node, lifecycle)
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), prefix)
-		var into map[authority.CapacityCounter]int64
-		switch {
-		case strings.HasPrefix(rest, string(authority.AllocationReserved)+"/"):
-			into = u.reserved
-		case strings.HasPrefix(rest, string(authority.AllocationActive)+"/"):
-			into = u.active
-		default:
+		if !strings.HasPrefix(rest, "row/") && !strings.HasPrefix(rest, "agg/") {
 			return u, corrupt(string(kv.Key), nil)
 		}
-		c, err := decodeCapacityValue(kv.Value)
+		st, c, err := decodeCapacityValue(kv.Value)
 		if err != nil {
 			return u, corrupt(string(kv.Key), err)
+		}
+		into := u.active
+		if st == authority.AllocationReserved {
+			into = u.reserved
 		}
 		for _, e := range authority.CapacityEntries(node, lifecycle, c) {
 			into[e.Counter] += e.Count

@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -76,17 +77,29 @@ func (w capacityWire) vector() authority.CapacityVector {
 	return c
 }
 
-func capacityValue(c authority.CapacityVector) string {
-	b, _ := json.Marshal(encodeCapacity(c))
+// capacityEntryWire is a capacity index entry: the state of the capacity it
+// holds and the vector.
+type capacityEntryWire struct {
+	State string `json:"st"`
+	capacityWire
+}
+
+// capacityValue is the value of a capacity entry holding c in state.
+func capacityValue(state authority.AllocationState, c authority.CapacityVector) string {
+	b, _ := json.Marshal(capacityEntryWire{State: string(state), capacityWire: encodeCapacity(c)})
 	return string(b)
 }
 
-func decodeCapacityValue(v []byte) (authority.CapacityVector, error) {
-	var w capacityWire
+func decodeCapacityValue(v []byte) (authority.AllocationState, authority.CapacityVector, error) {
+	var w capacityEntryWire
 	if err := json.Unmarshal(v, &w); err != nil {
-		return authority.CapacityVector{}, err
+		return "", authority.CapacityVector{}, err
 	}
-	return w.vector(), nil
+	st := authority.AllocationState(w.State)
+	if st != authority.AllocationReserved && st != authority.AllocationActive {
+		return "", authority.CapacityVector{}, fmt.Errorf("capacity state %q", w.State)
+	}
+	return st, w.vector(), nil
 }
 
 // encode returns the stored value of r. sentinelOwnerGen stores the

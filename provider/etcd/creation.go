@@ -46,7 +46,7 @@ func (s *Store) reservationRecord(state string) (reservationRecord, time.Duratio
 	return reservationRecord{State: state, ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
 }
 
-// activate writes the reserved row cur as active with payload, moving its
+// activate writes the reserved row cur as active with payload, turning its
 // capacity entry from reserved to active, into t; it returns the new row
 // (without its revision).
 func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
@@ -56,8 +56,7 @@ func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
 	next.pending = nil
 	next.payload = append([]byte(nil), payload...)
 	t.put(s.keys.row(cur.key), next.encode(false))
-	t.del(s.keys.capacityRow(cur.alloc, cur.key))
-	t.put(s.keys.capacityRow(next.alloc, cur.key), capacityValue(next.alloc.Capacity))
+	t.put(s.keys.capacityRow(next.alloc, cur.key), capacityValue(next.alloc.State, next.alloc.Capacity))
 	return next
 }
 

@@ -15,10 +15,11 @@
 //	ns/owner-gens/<esc owner>                       last lease generation handed to the owner
 //	ns/owner-rows/<esc owner>/<lease gen>/<authority key>
 //	                                                owner index (empty value)
-//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/reserved|active/row/<authority key>
-//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/reserved|active/agg/<esc id>/<gen>
+//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
+//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>
 //	                                                capacity index: one entry per row or aggregate,
-//	                                                value = the capacity vector it holds
+//	                                                value = its state (reserved or active) and the
+//	                                                capacity vector it holds
 //	ns/reservations/<esc reservation ID>            reservation terminal (committed, rejected,
 //	                                                failed, aborted), on a bucketed lease
 //	ns/terminals/<operation key>                    creation terminal, on a bucketed lease

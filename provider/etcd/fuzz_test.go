@@ -146,21 +146,22 @@ func FuzzRowRoundTrip(f *testing.F) {
 // read sums them: no panic, ErrCorrupt when refused, and an accepted vector
 // re-encodes to a fixed point.
 func FuzzDecodeCapacity(f *testing.F) {
-	f.Add("reserved/row/actor/a1", []byte(capacityValue(authority.CapacityVector{Actors: 1})))
-	f.Add("active/agg/agg-1/1", []byte(capacityValue(authority.CapacityVector{Spots: 2, SpotType: &authority.SpotTypeCapacity{
+	f.Add("row/actor/a1", []byte(capacityValue(authority.AllocationReserved, authority.CapacityVector{Actors: 1})))
+	f.Add("agg/agg-1/1", []byte(capacityValue(authority.AllocationReserved, authority.CapacityVector{Spots: 2, SpotType: &authority.SpotTypeCapacity{
 		ObjectKind: authority.ObjectUserSpot, StableType: "type-a", Count: 2}})))
-	f.Add("active/row/x", []byte(`{"a":-9223372036854775808,"x":true}`))
-	f.Add("other/row/x", []byte(`{}`))
-	f.Add("reserved/", []byte(`null`))
-	f.Add("active/row/x", []byte(`{"a":1e400}`))
+	f.Add("row/x", []byte(`{"st":"active","a":-9223372036854775808,"x":true}`))
+	f.Add("other/x", []byte(`{"st":"active"}`))
+	f.Add("row/x", []byte(`{"st":"gone"}`))
+	f.Add("row/", []byte(`null`))
+	f.Add("row/x", []byte(`{"st":"reserved","a":1e400}`))
 	s := &Store{keys: layout{ns: "/ns/"}}
 	node := authority.NodeDescriptor{MeshName: "mesh-1", RID: "node-a"}
 	f.Fuzz(func(t *testing.T, rest string, value []byte) {
-		if c, err := decodeCapacityValue(value); err == nil {
-			enc := capacityValue(c)
-			again, err := decodeCapacityValue([]byte(enc))
-			if err != nil || !reflect.DeepEqual(c, again) || capacityValue(again) != enc {
-				t.Fatalf("capacity %q: decoded %+v, re-encoded %q, decoded %+v, %v", value, c, enc, again, err)
+		if st, c, err := decodeCapacityValue(value); err == nil {
+			enc := capacityValue(st, c)
+			st2, again, err := decodeCapacityValue([]byte(enc))
+			if err != nil || st2 != st || !reflect.DeepEqual(c, again) || capacityValue(st2, again) != enc {
+				t.Fatalf("capacity %q: decoded %s %+v, re-encoded %q, decoded %s %+v, %v", value, st, c, enc, st2, again, err)
 			}
 		}
 		kv := &mvccpb.KeyValue{Key: []byte(s.keys.capacityNode(node, 1) + rest), Value: value}

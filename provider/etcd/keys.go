@@ -49,12 +49,15 @@ func (l layout) capacityNode(node authority.NodeDescriptor, lifecycle int64) str
 	return l.ns + "capacity/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle) + "/"
 }
 
+// capacityRow is the capacity entry of a row; its state (reserved or
+// active) is in the value, so a commit rewrites one key.
 func (l layout) capacityRow(a authority.PlacementAllocation, key authority.Key) string {
-	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + string(a.State) + "/row/" + string(key)
+	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + "row/" + string(key)
 }
 
+// capacityAggregate is the capacity entry of a prepared aggregate.
 func (l layout) capacityAggregate(a authority.PlacementAllocation, f authority.Fence) string {
-	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + string(a.State) + "/agg/" +
+	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + "agg/" +
 		esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
 }
 

@@ -28,7 +28,7 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 	t.cmp(modRevIs(rowKey, 0))
 	t.cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
 	t.put(rowKey, r.row.encode(true))
-	t.put(s.keys.capacityRow(r.row.alloc, r.key), capacityValue(r.row.alloc.Capacity))
+	t.put(s.keys.capacityRow(r.row.alloc, r.key), capacityValue(r.row.alloc.State, r.row.alloc.Capacity))
 	t.put(s.keys.ownerRow(r.target.Owner, r.key), "")
 }
 
