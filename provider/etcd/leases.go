@@ -3,11 +3,13 @@ package etcd
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/singleflight"
 )
 
 const (
@@ -21,12 +23,14 @@ const (
 
 // leaseBuckets hands out shared leases for records that expire: one lease per
 // bucket of expiry times, granted on demand and reused until it ends, so the
-// number of leases stays small however many records are written.
+// number of leases stays small however many records are written. Concurrent
+// callers needing a bucket's lease share one Grant.
 type leaseBuckets struct {
 	s  *Store
 	mu sync.Mutex
 	// by bucket end (wall time, Unix seconds)
-	leases map[int64]clientv3.LeaseID
+	leases   map[int64]clientv3.LeaseID
+	granting singleflight.Group
 }
 
 func newLeaseBuckets(s *Store) *leaseBuckets {
@@ -52,21 +56,35 @@ func (b *leaseBuckets) lease(ctx context.Context, remaining time.Duration) (clie
 		return id, nil
 	}
 	ttl := int64((end.Sub(now) + bucketSlack) / time.Second)
-	ctx, cancel := b.s.requestContext(ctx)
-	defer cancel()
-	resp, err := b.s.client.Grant(ctx, ttl)
-	if err != nil {
-		return 0, mapError(err, false)
-	}
-	b.mu.Lock()
-	if prev, ok := b.leases[bucket]; ok {
+	// The Grant serves every caller waiting for the bucket: it runs on a
+	// context no single caller's cancellation ends, bounded by the request
+	// timeout (or the dial timeout when there is none).
+	grant := b.granting.DoChan(strconv.FormatInt(bucket, 10), func() (any, error) {
+		gctx, cancel := b.s.requestContext(context.WithoutCancel(ctx))
+		defer cancel()
+		if _, has := gctx.Deadline(); !has {
+			var cancelDial context.CancelFunc
+			gctx, cancelDial = context.WithTimeout(gctx, b.s.dialTimeout)
+			defer cancelDial()
+		}
+		resp, err := b.s.client.Grant(gctx, ttl)
+		if err != nil {
+			return clientv3.LeaseID(0), mapError(err, false)
+		}
+		b.mu.Lock()
+		b.leases[bucket] = resp.ID
 		b.mu.Unlock()
-		// another caller won the race; ours simply expires unused
-		return prev, nil
+		return resp.ID, nil
+	})
+	select {
+	case r := <-grant:
+		if r.Err != nil {
+			return 0, r.Err
+		}
+		return r.Val.(clientv3.LeaseID), nil
+	case <-ctx.Done():
+		return 0, mapError(ctx.Err(), false)
 	}
-	b.leases[bucket] = resp.ID
-	b.mu.Unlock()
-	return resp.ID, nil
 }
 
 // forget drops a lease the server no longer knows.

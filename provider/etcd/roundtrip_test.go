@@ -2,6 +2,9 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -124,4 +127,39 @@ func TestRoundTrips(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, authority.KindStored, res.Kind)
 	})
+}
+
+// TestConcurrentCommitsShareOneLeaseGrant: commits that all need the
+// reservation terminals' lease bucket of a fresh store wait for one Grant
+// instead of each granting its own (the extras would sit unused until they
+// expired).
+func TestConcurrentCommitsShareOneLeaseGrant(t *testing.T) {
+	var grants atomic.Int64
+	c := server.Client(t)
+	c.Lease = countingLease{c.Lease, &grants}
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, c, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	const n = 32
+	rs := make([]conformance.Reservation, n)
+	for i := range rs {
+		rs[i] = fx.Reserve(authority.ObjectUserSpot, fmt.Sprintf("lease-%d", i), conformance.TargetA)
+	}
+	before := grants.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Commit(context.Background(), rs[i].CommitRequest([]byte("ready")))
+			if err == nil && res.Kind != authority.KindCommitted {
+				err = fmt.Errorf("commit %d: %s", i, res.Kind)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	require.Equal(t, int64(1), grants.Load()-before, "lease grants for one bucket")
 }
