@@ -111,6 +111,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			return authority.PrepareAggregateResult{}, err
 		}
 		if tresp.Succeeded {
+			s.aggs.put(aggKey, knownAggregate{&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}, tresp.Header.Revision}, true)
 			return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
 		}
 		for i := range tresp.Responses {
@@ -156,22 +157,38 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest) error
 	return nil
 }
 
-// loadAggregate reads the record of fence with its participants' rows.
-func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (*aggregateRecord, int64, []*row, error) {
+// loadAggregate returns the record of fence and its ModRevision (nil when
+// there is none): the state this store last wrote or saw when it knows one
+// (see knownAggregate; known is then true), else read.
+func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *aggregateRecord, rev int64, known bool, err error) {
 	aggKey := s.keys.aggregate(fence)
+	if k, ok := s.aggs.get(aggKey); ok {
+		return k.rec, k.rev, true, nil
+	}
+	rec, rev, err = s.readAggregate(ctx, aggKey)
+	return rec, rev, false, err
+}
+
+// readAggregate reads the record at aggKey.
+func (s *Store) readAggregate(ctx context.Context, aggKey string) (*aggregateRecord, int64, error) {
 	resp, err := s.read(ctx, opGet(aggKey))
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, err
 	}
-	kv := firstKv(resp, 0)
+	return s.seenAggregate(aggKey, firstKv(resp, 0))
+}
+
+// seenAggregate decodes a read record kv (nil: none) and remembers it.
+func (s *Store) seenAggregate(aggKey string, kv *mvccpbKV) (*aggregateRecord, int64, error) {
 	if kv == nil {
-		return nil, 0, nil, nil
+		return nil, 0, nil
 	}
 	rec, err := decodeAggregate(kv)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, err
 	}
-	return rec, kv.ModRevision, nil, nil
+	s.aggs.put(aggKey, knownAggregate{rec, kv.ModRevision}, true)
+	return rec, kv.ModRevision, nil
 }
 
 // CommitAggregate applies every participant or none, in one Txn fenced on
@@ -183,20 +200,20 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	if err := s.begin(ctx); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
-	stale := authority.CommitAggregateResult{Kind: authority.KindStale}
 	aggKey := s.keys.aggregate(fence)
-	reads := []clientv3.Op{opGet(aggKey)}
-	resp, err := s.read(ctx, reads...)
+	rec, rev, known, err := s.loadAggregate(ctx, fence)
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
-	kv := firstKv(resp, 0)
-	if kv == nil {
+	return s.commitAggregate(ctx, aggKey, rec, rev, known)
+}
+
+// commitAggregate commits the record rec at rev (nil: none); known says it
+// is the store's memory of the record rather than a read.
+func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggregateRecord, rev int64, known bool) (authority.CommitAggregateResult, error) {
+	stale := authority.CommitAggregateResult{Kind: authority.KindStale}
+	if rec == nil {
 		return stale, nil
-	}
-	rec, err := decodeAggregate(kv)
-	if err != nil {
-		return authority.CommitAggregateResult{}, err
 	}
 	switch rec.State {
 	case aggregateCommitted:
@@ -216,13 +233,28 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 		}
 	}
 	if len(missing) > 0 {
-		ops := make([]clientv3.Op, len(missing))
+		ops := make([]clientv3.Op, len(missing), len(missing)+1)
 		for j, i := range missing {
 			ops[j] = opGet(s.keys.row(req.Participants[i].AuthorityKey))
+		}
+		if known {
+			// the rows are read anyway: read the record with them, since
+			// another store may have committed or aborted it (the rows would
+			// then no longer match, and the answer is the record's)
+			ops = append(ops, opGet(aggKey))
 		}
 		rresp, err := s.read(ctx, ops...)
 		if err != nil {
 			return authority.CommitAggregateResult{}, err
+		}
+		if known {
+			fresh, freshRev, err := s.seenAggregate(aggKey, firstKv(rresp, len(missing)))
+			if err != nil {
+				return authority.CommitAggregateResult{}, err
+			}
+			if freshRev != rev {
+				return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
+			}
 		}
 		for j, i := range missing {
 			if rows[i], err = s.rowFrom(rresp, j, req.Participants[i].AuthorityKey); err != nil {
@@ -231,7 +263,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 		}
 	}
 	t := &txn{}
-	t.cmp(modRevIs(aggKey, kv.ModRevision))
+	t.cmp(modRevIs(aggKey, rev))
 	liveSeen := map[string]bool{}
 	live := func(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) {
 		if k := s.keys.liveness(node, lifecycle, owner); !liveSeen[k] {
@@ -275,20 +307,19 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	t.put(aggKey, done.encode())
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
-	t.del(s.keys.capacityAggregate(reserved, fence))
+	t.del(s.keys.capacityAggregate(reserved, req.Fence()))
 	t.orGet(aggKey)
 	tresp, err := s.commit(ctx, t, "the aggregate commit")
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
 	if !tresp.Succeeded {
-		if kv := firstKv(tresp, 0); kv != nil {
-			if rec, err := decodeAggregate(kv); err == nil && rec.State == aggregateCommitted {
-				return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
-			}
+		if rec, _, err := s.seenAggregate(aggKey, firstKv(tresp, 0)); err == nil && rec != nil && rec.State == aggregateCommitted {
+			return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
 		}
 		return stale, nil
 	}
+	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
 	for _, n := range next {
 		n.modRev = tresp.Header.Revision
 		if n.ownerGen == 0 {
@@ -322,8 +353,8 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	aggKey := s.keys.aggregate(fence)
 	t := &txn{}
 	t.cmp(modRevIs(aggKey, rev))
-	rec.State = aggregateAborted
-	t.put(aggKey, rec.encode())
+	aborted := &aggregateRecord{State: aggregateAborted, Request: rec.Request}
+	t.put(aggKey, aborted.encode())
 	reserved := rec.Request.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.del(s.keys.capacityAggregate(reserved, fence))
@@ -333,12 +364,11 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 		return authority.AbortAggregateResult{}, err
 	}
 	if resp.Succeeded {
+		s.aggs.put(aggKey, knownAggregate{aborted, resp.Header.Revision}, true)
 		return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
 	}
-	if kv := firstKv(resp, 0); kv != nil {
-		if cur, err := decodeAggregate(kv); err == nil && cur.State == aggregateAborted {
-			return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
-		}
+	if cur, _, err := s.seenAggregate(aggKey, firstKv(resp, 0)); err == nil && cur != nil && cur.State == aggregateAborted {
+		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
 	}
 	return stale, nil
 }

@@ -6,3 +6,6 @@ func QueuedWrites(s *Store) int {
 	defer s.batch.mu.Unlock()
 	return len(s.batch.queue)
 }
+
+// ForgetRows empties the row cache of s, as if its rows had been evicted.
+func ForgetRows(s *Store) { s.cache = newRowCache(4096) }

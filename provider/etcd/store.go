@@ -102,6 +102,7 @@ type Store struct {
 	// tlsConfig is the TLS New dialed with (nil: plain text or a caller's client).
 	tlsConfig *tls.Config
 	cache     *rowCache
+	aggs      *boundedCache[string, knownAggregate] // by record key
 	leases    *leaseBuckets
 	batch     *writeBatcher
 
@@ -143,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
-		timeout: cfg.RequestTimeout, cache: newRowCache(4096), marks: map[string]clientv3.LeaseID{},
+		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{},
 		dialTimeout: cfg.DialTimeout,
 	}
 	if s.dialTimeout <= 0 {
