@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -279,10 +280,18 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	}
 	// The Else reads every compared key (keys only): when the Txn fails,
 	// the members whose compares all held are known, at the same revision.
+	// A compare several members make (the liveness of their common owner)
+	// is sent once: etcd evaluates each compare with a read.
 	merged := &txn{}
 	compared := map[string]int{} // key → its response in the Else
+	sameCmp := map[string]bool{}
 	for _, q := range batch {
-		merged.cmps = append(merged.cmps, q.t.cmps...)
+		for i := range q.t.cmps {
+			if id := cmpID(&q.t.cmps[i]); !sameCmp[id] {
+				sameCmp[id] = true
+				merged.cmps = append(merged.cmps, q.t.cmps[i])
+			}
+		}
 		merged.then = append(merged.then, q.t.then...)
 		for _, k := range q.compares {
 			if _, ok := compared[k]; !ok {
@@ -329,6 +338,25 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	if len(retry) > 0 {
 		b.requeue(retry)
 	}
+}
+
+// cmpID identifies a compare: its key, target, operator and operand.
+func cmpID(c *clientv3.Cmp) string {
+	pc := c.GetCompare()
+	var operand int64
+	switch pc.Target {
+	case etcdserverpb.Compare_MOD:
+		operand = pc.GetModRevision()
+	case etcdserverpb.Compare_CREATE:
+		operand = pc.GetCreateRevision()
+	case etcdserverpb.Compare_VERSION:
+		operand = pc.GetVersion()
+	case etcdserverpb.Compare_LEASE:
+		operand = pc.GetLease()
+	default: // a value compare
+		return string(pc.Key) + "\x00value\x00" + string(pc.GetValue()) + "\x00" + pc.Result.String()
+	}
+	return string(pc.Key) + "\x00" + string(pc.RangeEnd) + "\x00" + pc.Target.String() + pc.Result.String() + strconv.FormatInt(operand, 10)
 }
 
 // maxBatchRetries bounds how often one write goes back to the queue after a

@@ -26,8 +26,9 @@ type gate struct {
 	txns    atomic.Int64
 	mu      sync.Mutex
 	held    chan struct{} // non-nil: commits wait for it to close
-	fail    error
-	lastOps int
+	fail     error
+	lastOps  int
+	lastCmps int
 }
 
 func (g *gate) hold() (release func()) {
@@ -52,11 +53,14 @@ func (k gateKV) Txn(ctx context.Context) clientv3.Txn { return &gateTxn{Txn: k.K
 
 type gateTxn struct {
 	clientv3.Txn
-	g    *gate
-	then int
+	g          *gate
+	then, cmps int
 }
 
-func (t *gateTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *gateTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn, t.cmps = t.Txn.If(cs...), len(cs)
+	return t
+}
 func (t *gateTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 	t.Txn = t.Txn.Else(ops...)
 	return t
@@ -77,7 +81,7 @@ func (t *gateTxn) Commit() (*clientv3.TxnResponse, error) {
 	t.g.mu.Lock()
 	var fail error
 	if t.then > 1 {
-		t.g.lastOps = t.then
+		t.g.lastOps, t.g.lastCmps = t.then, t.cmps
 		fail, t.g.fail = t.g.fail, nil
 	}
 	t.g.mu.Unlock()
@@ -167,6 +171,7 @@ func TestBatchMergesQueuedWrites(t *testing.T) {
 	outs := b.queue(t, ctxs, keys, vs)()
 	require.Equal(t, before+2, b.g.txns.Load(), "the held Txn, then one Txn for the 7 queued writes")
 	require.Equal(t, 7, b.g.lastOps)
+	require.Equal(t, 7+1, b.g.lastCmps, "each row's version, and once the owner's liveness they all compare")
 	versions := map[authority.StoreVersion]int{}
 	for i, o := range outs {
 		require.NoError(t, o.err)
