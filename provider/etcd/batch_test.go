@@ -23,9 +23,9 @@ import (
 // last multi-op Txn carried, can hold commits until released, and can fail
 // the next Txn of more than one op without sending it.
 type gate struct {
-	txns    atomic.Int64
-	mu      sync.Mutex
-	held    chan struct{} // non-nil: commits wait for it to close
+	txns     atomic.Int64
+	mu       sync.Mutex
+	held     chan struct{} // non-nil: commits wait for it to close
 	fail     error
 	lastOps  int
 	lastCmps int
