@@ -43,6 +43,12 @@ type Harness struct {
 	// compaction at the current revision). Nil when unsupported.
 	ExpireScans func(t testing.TB)
 
+	// RecordRetention is how long the store keeps reservation terminals and
+	// committed or aborted aggregate records (the window in which a retried
+	// commit or abort is answered already*). Zero when unknown: the
+	// retention tests skip.
+	RecordRetention time.Duration
+
 	// Relocation is the store's relocation blob store, or nil.
 	Relocation authority.RelocationStore
 }

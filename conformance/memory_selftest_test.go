@@ -48,6 +48,8 @@ func memoryFactory(t *testing.T) *conformance.Harness {
 		Now:          clock.Now,
 		ExpireScans:  func(testing.TB) { s.ExpireScans() },
 		Relocation:   memory.NewRelocationStore(clock),
+		// the default: Options.Retention is not set
+		RecordRetention: memory.DefaultRetention,
 	}
 }
 

@@ -30,6 +30,7 @@ func RunAll(t *testing.T, f Factory) {
 		{"Concurrency", RunTestConcurrency},
 		{"WaitForChange", RunTestWaitForChange},
 		{"RelocationStore", RunTestRelocationStore},
+		{"Retention", RunTestRetention},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, f) })

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"time"
 
 	authority "github.com/zlink-systems/authority"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,24 +46,28 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
 		}
+		var expiredRev int64 // an expired record is as good as none
 		if kv := firstKv(resp, 0); kv != nil {
 			rec, err := decodeAggregate(kv)
 			if err != nil {
 				return authority.PrepareAggregateResult{}, err
 			}
-			switch {
-			case rec.State == aggregatePrepared && rec.Request.Equal(&req):
-				return authority.PrepareAggregateResult{Kind: authority.KindAlreadyPrepared, Fence: fence}, nil
-			case rec.State == aggregateCommitted:
-				return authority.PrepareAggregateResult{Kind: authority.KindStale}, nil
+			if s.aggregateLive(rec) {
+				switch {
+				case rec.State == aggregatePrepared && rec.Request.Equal(&req):
+					return authority.PrepareAggregateResult{Kind: authority.KindAlreadyPrepared, Fence: fence}, nil
+				case rec.State == aggregateCommitted:
+					return authority.PrepareAggregateResult{Kind: authority.KindStale}, nil
+				}
+				return conflict, nil
 			}
-			return conflict, nil
+			expiredRev = kv.ModRevision
 		}
 		if firstKv(resp, 1) == nil {
 			return conflict, nil
 		}
 		t := &txn{}
-		t.cmp(modRevIs(aggKey, 0))
+		t.cmp(modRevIs(aggKey, expiredRev))
 		t.cmp(s.liveCmp(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner))
 		if policy != nil {
 			u, err := s.sumUsage(target.Descriptor, target.DescriptorLifecycleGeneration, rangeKvs(resp, 2+len(req.Participants)))
@@ -163,6 +168,9 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest) error
 func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *aggregateRecord, rev int64, known bool, err error) {
 	aggKey := s.keys.aggregate(fence)
 	if k, ok := s.aggs.get(aggKey); ok {
+		if !s.aggregateLive(k.rec) {
+			return nil, k.rev, true, nil
+		}
 		return k.rec, k.rev, true, nil
 	}
 	rec, rev, err = s.readAggregate(ctx, aggKey)
@@ -188,7 +196,38 @@ func (s *Store) seenAggregate(aggKey string, kv *mvccpbKV) (*aggregateRecord, in
 		return nil, 0, err
 	}
 	s.aggs.put(aggKey, knownAggregate{rec, kv.ModRevision}, true)
+	if !s.aggregateLive(rec) {
+		return nil, kv.ModRevision, nil
+	}
 	return rec, kv.ModRevision, nil
+}
+
+// aggregateLive reports whether rec has not expired (a prepared record
+// never does).
+func (s *Store) aggregateLive(rec *aggregateRecord) bool {
+	return rec.ExpiresAt.IsZero() || rec.ExpiresAt.After(s.clock.Now())
+}
+
+// finished returns the committed or aborted successor of rec, which
+// expires after the store's retention, and that retention.
+func (s *Store) finished(rec *aggregateRecord, state string) (*aggregateRecord, time.Duration) {
+	return &aggregateRecord{State: state, Request: rec.Request, ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
+}
+
+// sendFinished sends t plus the put of the finished record done at aggKey
+// on a lease that outlives it, and the read of aggKey in the Else (its
+// first).
+func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *aggregateRecord, ttl time.Duration, what string) (*clientv3.TxnResponse, error) {
+	var resp *clientv3.TxnResponse
+	err := s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
+		tt := t.clone()
+		tt.put(aggKey, done.encode(), clientv3.WithLease(ids[0]))
+		tt.orGet(aggKey)
+		var err error
+		resp, err = s.commit(ctx, tt, what)
+		return err
+	})
+	return resp, err
 }
 
 // CommitAggregate applies every participant or none, in one Txn fenced on
@@ -303,13 +342,11 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 			t.put(newIdx, "")
 		}
 	}
-	done := &aggregateRecord{State: aggregateCommitted, Request: *req}
-	t.put(aggKey, done.encode())
+	done, ttl := s.finished(rec, aggregateCommitted)
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.del(s.keys.capacityAggregate(reserved, req.Fence()))
-	t.orGet(aggKey)
-	tresp, err := s.commit(ctx, t, "the aggregate commit")
+	tresp, err := s.sendFinished(ctx, t, aggKey, done, ttl, "the aggregate commit")
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
@@ -353,13 +390,11 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	aggKey := s.keys.aggregate(fence)
 	t := &txn{}
 	t.cmp(modRevIs(aggKey, rev))
-	aborted := &aggregateRecord{State: aggregateAborted, Request: rec.Request}
-	t.put(aggKey, aborted.encode())
+	aborted, ttl := s.finished(rec, aggregateAborted)
 	reserved := rec.Request.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.del(s.keys.capacityAggregate(reserved, fence))
-	t.orGet(aggKey)
-	resp, err := s.commit(ctx, t, "the aggregate abort")
+	resp, err := s.sendFinished(ctx, t, aggKey, aborted, ttl, "the aggregate abort")
 	if err != nil {
 		return authority.AbortAggregateResult{}, err
 	}

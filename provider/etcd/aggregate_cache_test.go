@@ -4,11 +4,13 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // aggregatePair is two stores on one namespace (and their round-trip
@@ -133,4 +135,27 @@ func TestAggregateKnownRecordRowsForgotten(t *testing.T) {
 	before = p.rpcs.Load()
 	require.Equal(t, authority.KindCommitted, p.commit(t, p.s1, fence))
 	require.Equal(t, int64(2), p.rpcs.Load()-before, "a read of the rows and the record, the Txn")
+}
+
+// TestFinishedAggregateRecordsExpire: committed and aborted aggregate
+// records sit on a lease that outlives the retention (so etcd does not keep
+// them forever); a prepared record has none.
+func TestFinishedAggregateRecordsExpire(t *testing.T) {
+	p := newAggregatePair(t)
+	ctx := context.Background()
+	fence := p.fx.MustPrepare(p.req)
+	key := p.s1.Namespace() + "aggregates/agg-1/1"
+	leaseOf := func() int64 {
+		resp, err := shared.Get(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		return resp.Kvs[0].Lease
+	}
+	require.Zero(t, leaseOf(), "a prepared aggregate never expires")
+	require.Equal(t, authority.KindCommitted, p.commit(t, p.s1, fence))
+	lease := leaseOf()
+	require.NotZero(t, lease)
+	ttl, err := shared.TimeToLive(ctx, clientv3.LeaseID(lease))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Duration(ttl.TTL)*time.Second, p.s1.RecordRetention())
 }

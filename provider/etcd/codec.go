@@ -264,10 +264,13 @@ func decodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
 	}, nil
 }
 
-// aggregateRecord is the stored state of one aggregate.
+// aggregateRecord is the stored state of one aggregate. A committed or
+// aborted record expires (ExpiresAt; zero for a prepared one, which never
+// does): it is kept on a bucketed lease and ignored once expired.
 type aggregateRecord struct {
-	State   string
-	Request authority.AggregatePrepareRequest
+	State     string
+	Request   authority.AggregatePrepareRequest
+	ExpiresAt time.Time
 }
 
 const (

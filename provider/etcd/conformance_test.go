@@ -47,6 +47,7 @@ func harnessFor(s *etcdstore.Store, clock *authority.ManualClock) *conformance.H
 		Now:               clock.Now,
 		ExpireScans:       compactNow,
 		Relocation:        s.Relocation(),
+		RecordRetention:   s.RecordRetention(),
 	}
 	if etcdtest.External() {
 		h.ExpireScans = nil

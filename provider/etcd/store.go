@@ -23,7 +23,8 @@ const (
 	DefaultMaxTxnOps = 128
 	// DefaultMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB).
 	DefaultMaxRequestBytes = 1536 * 1024
-	// DefaultReservationRetention is how long a reservation terminal is kept.
+	// DefaultReservationRetention is how long a reservation terminal or a
+	// finished aggregate record is kept.
 	DefaultReservationRetention = 24 * time.Hour
 )
 
@@ -70,8 +71,10 @@ type Config struct {
 	// MaxRequestBytes is the server's --max-request-bytes (default 1.5 MiB);
 	// larger requests are refused before sending.
 	MaxRequestBytes int
-	// ReservationRetention is how long reservation terminals are kept
-	// (default DefaultReservationRetention).
+	// ReservationRetention is how long reservation terminals and committed
+	// or aborted aggregate records are kept (default
+	// DefaultReservationRetention): the window in which a retried commit or
+	// abort is answered already*.
 	ReservationRetention time.Duration
 
 	// MaxConcurrentTxns is how many write Txns the store keeps in flight at
@@ -321,6 +324,10 @@ func (s *Store) Namespace() string { return s.keys.ns }
 func (s *Store) SetCapacityPolicy(p authority.CapacityPolicy) { s.policy.Store(&policyBox{p}) }
 
 func (s *Store) capacityPolicy() authority.CapacityPolicy { return s.policy.Load().p }
+
+// RecordRetention is how long the store keeps reservation terminals and
+// committed or aborted aggregate records (Config.ReservationRetention).
+func (s *Store) RecordRetention() time.Duration { return s.retention }
 
 func (s *Store) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout > 0 {

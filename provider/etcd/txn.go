@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,6 +54,15 @@ func (t *txn) mark(key string) {
 func (t *txn) orGet(key string, opts ...clientv3.OpOption) {
 	t.els = append(t.els, clientv3.OpGet(key, opts...))
 	t.bytes += len(key) + opOverhead
+}
+
+// clone returns a copy of t that can be extended without changing t.
+func (t *txn) clone() *txn {
+	c := &txn{cmps: slices.Clone(t.cmps), then: slices.Clone(t.then), els: slices.Clone(t.els), bytes: t.bytes}
+	if t.seen != nil {
+		c.seen = maps.Clone(t.seen)
+	}
+	return c
 }
 
 // ops is the number etcd compares against --max-txn-ops.

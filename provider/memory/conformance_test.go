@@ -47,6 +47,8 @@ func newHarness(t *testing.T) *conformance.Harness {
 		Now:          clock.Now,
 		ExpireScans:  func(testing.TB) { store.ExpireScans() },
 		Relocation:   NewRelocationStore(clock),
+		// the default: Options.Retention is not set
+		RecordRetention: DefaultRetention,
 	}
 }
 
