@@ -149,11 +149,15 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 			b.remove(q)
 		}
 		b.mu.Unlock()
-		if taken { // the batch may apply it after all
+		if !taken {
+			return nil, authority.Wrap(authority.ErrUnavailable,
+				"etcd write not sent: its context ended while it waited for a free Txn slot", ctx.Err())
+		}
+		select {
+		case <-q.done: // the outcome arrived meanwhile
+		default: // its batch may apply it after all
 			return nil, mapError(ctx.Err(), true)
 		}
-		return nil, authority.Wrap(authority.ErrUnavailable,
-			"etcd write not sent: its context ended while it waited for a free Txn slot", ctx.Err())
 	}
 	if q.alone {
 		return b.send(ctx, t)
