@@ -288,6 +288,7 @@ func benchCAS(b *testing.B, c *clientv3.Client, clients int) {
 		keys[i], versions[i] = spotKey(b, id), row.StoreVersion
 	}
 	m := authority.Put(benchPayload)
+	defer reportBatching(b, s, s.WriteStats())
 	measure(b, clients, func(client, _ int) error {
 		res, err := s.CompareExchangeAuthority(ctx, keys[client], versions[client], m)
 		if err != nil {
@@ -308,10 +309,23 @@ func benchReserveCommit(b *testing.B, c *clientv3.Client, clients int) {
 	if _, err := reserveCommit(ctx, s, "warm"); err != nil { // grants the terminals' lease
 		b.Fatal(err)
 	}
+	defer reportBatching(b, s, s.WriteStats())
 	measure(b, clients, func(client, i int) error {
 		_, err := reserveCommit(ctx, s, "rc-"+strconv.Itoa(client)+"-"+strconv.Itoa(i))
 		return err
 	})
+}
+
+// reportBatching reports the writes per write Txn of s since since
+// (batch.go): 1 when nothing was merged.
+func reportBatching(b *testing.B, s *etcdstore.Store, since etcdstore.WriteStats) {
+	st := s.WriteStats()
+	txns := st.Txns - since.Txns
+	if txns == 0 {
+		return
+	}
+	writes := (txns - (st.Batches - since.Batches)) + (st.BatchedWrites - since.BatchedWrites)
+	b.ReportMetric(float64(writes)/float64(txns), "writes/Txn")
 }
 
 // benchReserveNodes: one op is a reservation of an Actor under a capacity
