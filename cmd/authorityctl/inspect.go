@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -85,18 +86,18 @@ func newOwnersCommand(g *globals) *cobra.Command {
 }
 
 func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView, error) {
-	kvs, rev, err := rangeAll(ctx, c, ns+segOwners)
+	kvs, rev, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryOwnerLiveness))
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	out := []ownerView{}
 	for _, kv := range kvs {
-		l, err := decodeLiveness(kv)
+		l, err := etcdstore.DecodeEntry(ns, kv)
 		if err != nil {
 			return nil, err
 		}
-		v := ownerView{OwnerID: l.OwnerID, LeaseGeneration: l.Lease, MeshName: l.MeshName, NodeRID: l.RID,
+		v := ownerView{OwnerID: l.Owner.OwnerID, LeaseGeneration: l.Owner.LeaseGeneration, MeshName: l.Node.MeshName, NodeRID: l.Node.RID,
 			LifecycleGeneration: l.Lifecycle, LeaseID: fmt.Sprintf("%x", kv.Lease), TTLSeconds: -1}
 		if kv.Lease != 0 {
 			ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
@@ -108,8 +109,7 @@ func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView
 				v.ExpiresAt = rfc3339(now.Add(time.Duration(ttl.TTL) * time.Second))
 			}
 		}
-		idx := ns + segOwnerRows + esc(l.OwnerID) + "/" + strconv.FormatInt(l.Lease, 10) + "/"
-		cnt, err := c.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(rev))
+		cnt, err := c.Get(ctx, etcdstore.OwnerIndexPrefix(ns, l.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(rev))
 		if err != nil {
 			return nil, err
 		}
@@ -170,35 +170,30 @@ func newCapacityCommand(g *globals) *cobra.Command {
 }
 
 func capacityUsage(ctx context.Context, c *clientv3.Client, ns, filter string) ([]capacityUsageView, error) {
-	prefix := ns + segCapacity
-	kvs, _, err := rangeAll(ctx, c, prefix)
+	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacity))
 	if err != nil {
 		return nil, err
 	}
 	sums := map[authority.CapacityCounter]*capacityUsageView{}
 	for _, kv := range kvs {
-		k, err := parseCapacityKey(string(kv.Key)[len(prefix):])
-		if err != nil {
-			return nil, fmt.Errorf("capacity key %q: %w", kv.Key, err)
-		}
-		if filter != "" && filter != k.node.RID && filter != k.node.MeshName+"/"+k.node.RID {
-			continue
-		}
-		state, vec, err := decodeCapacity(kv)
+		k, err := etcdstore.DecodeEntry(ns, kv)
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range authority.CapacityEntries(k.node, k.lifecycle, vec) {
+		if filter != "" && filter != k.Node.RID && filter != k.Node.MeshName+"/"+k.Node.RID {
+			continue
+		}
+		for _, e := range authority.CapacityEntries(k.Node, k.Lifecycle, k.Capacity.Vector) {
 			u := sums[e.Counter]
 			if u == nil {
 				name := string(e.Counter.ObjectKind)
 				if e.Counter.StableType != "" {
 					name += ":" + e.Counter.StableType
 				}
-				u = &capacityUsageView{MeshName: k.node.MeshName, NodeRID: k.node.RID, LifecycleGeneration: k.lifecycle, Counter: name}
+				u = &capacityUsageView{MeshName: k.Node.MeshName, NodeRID: k.Node.RID, LifecycleGeneration: k.Lifecycle, Counter: name}
 				sums[e.Counter] = u
 			}
-			if state == authority.AllocationActive {
+			if k.Capacity.State == authority.AllocationActive {
 				u.Active += e.Count
 			} else {
 				u.Reserved += e.Count
@@ -267,7 +262,7 @@ func newTerminalsCommand(g *globals) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				kvs, _, err := rangeAll(ctx, c, g.namespace+segTerminals)
+				kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryTerminal))
 				if err != nil {
 					return err
 				}
@@ -275,16 +270,17 @@ func newTerminalsCommand(g *globals) *cobra.Command {
 				out := []terminalView{}
 				t := &table{header: []string{"OPERATION", "STATE", "KIND", "RESERVATION", "EXPIRES-IN"}, wide: []string{"SOURCE", "ENVELOPE"}}
 				for _, kv := range kvs {
-					var w wireTerminal
-					if err := jsonValue(kv, &w); err != nil {
+					e, err := etcdstore.DecodeEntry(g.namespace, kv)
+					if err != nil {
 						return err
 					}
-					if !w.ExpiresAt.After(now) {
-						continue // expired, awaiting its lease
+					if e.Expired(now) {
+						continue // awaiting its lease
 					}
+					w := e.Terminal
 					v := terminalView{Operation: w.Operation.Key(), SourceNodeRID: w.Operation.SourceNodeRID,
-						SourceNodeGeneration: w.Operation.SourceNodeGeneration, State: w.State, ObjectKind: w.Kind,
-						ReservationID: w.Reservation, EnvelopeSize: len(w.Envelope), EnvelopeSHA256: hex.EncodeToString(w.EnvelopeSHA),
+						SourceNodeGeneration: w.Operation.SourceNodeGeneration, State: string(w.State), ObjectKind: string(w.ObjectKind),
+						ReservationID: w.ReservationID, EnvelopeSize: len(w.TerminalEnvelope), EnvelopeSHA256: hex.EncodeToString(w.TerminalEnvelopeSHA256),
 						PublishedAt: rfc3339(w.StoreNow), ExpiresAt: rfc3339(w.ExpiresAt)}
 					out = append(out, v)
 					t.add(v.Operation, v.State, v.ObjectKind, v.ReservationID, until(w.ExpiresAt, now),
@@ -310,8 +306,7 @@ func newReservationsCommand(g *globals) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				prefix := g.namespace + segReservations
-				kvs, _, err := rangeAll(ctx, c, prefix)
+				kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryReservation))
 				if err != nil {
 					return err
 				}
@@ -319,14 +314,15 @@ func newReservationsCommand(g *globals) *cobra.Command {
 				out := []reservationView{}
 				t := &table{header: []string{"RESERVATION", "STATE", "EXPIRES-IN"}}
 				for _, kv := range kvs {
-					var w wireReservation
-					if err := jsonValue(kv, &w); err != nil {
+					e, err := etcdstore.DecodeEntry(g.namespace, kv)
+					if err != nil {
 						return err
 					}
-					if !w.ExpiresAt.After(now) {
+					if e.Expired(now) {
 						continue
 					}
-					v := reservationView{ReservationID: unescape(string(kv.Key)[len(prefix):]), State: w.State, ExpiresAt: rfc3339(w.ExpiresAt)}
+					w := e.Reservation
+					v := reservationView{ReservationID: e.ReservationID, State: w.State, ExpiresAt: rfc3339(w.ExpiresAt)}
 					out = append(out, v)
 					t.add(v.ReservationID, v.State, until(w.ExpiresAt, now))
 				}
@@ -363,22 +359,27 @@ type aggregateView struct {
 func newAggregatesCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "aggregates",
-		Short: "List aggregate records (prepared, committed, aborted)",
+		Short: "List unexpired aggregate records (prepared, committed, aborted)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				kvs, _, err := rangeAll(ctx, c, g.namespace+segAggregates)
+				kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryAggregate))
 				if err != nil {
 					return err
 				}
+				now := time.Now()
 				out := []aggregateView{}
 				t := &table{header: []string{"AGGREGATE", "GEN", "STATE", "TARGET-OWNER", "TARGET-NODE", "PARTICIPANTS"},
 					wide: []string{"CAPACITY", "REVISION"}}
 				for _, kv := range kvs {
-					a, err := decodeAggregate(kv)
+					e, err := etcdstore.DecodeEntry(g.namespace, kv)
 					if err != nil {
 						return err
 					}
+					if e.Expired(now) {
+						continue // a finished record awaiting its lease
+					}
+					a := e.Aggregate
 					r := a.Request
 					v := aggregateView{AggregateID: r.AggregateID, Generation: r.AggregateGeneration, State: a.State,
 						TargetOwnerID: r.TargetOwner.OwnerID, TargetLeaseGeneration: r.TargetOwner.LeaseGeneration,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -49,8 +50,7 @@ lease is still live is refused unless --force is given.`,
 				return err
 			}
 			defer done()
-			live := g.namespace + segOwners + esc(owner.OwnerID) + "/" + strconv.FormatInt(gen, 10) + "/"
-			lr, err := c.Get(ctx, live, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			lr, err := c.Get(ctx, etcdstore.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
 				return err
 			}
@@ -96,14 +96,17 @@ lease is still live is refused unless --force is given.`,
 // ownerRows reads the rows of owner through the provider's owner index.
 func ownerRows(ctx context.Context, g *globals, c *clientv3.Client,
 	read func(context.Context, authority.Key) (authority.ReadResult, error), owner authority.OwnerToken) ([]rowView, error) {
-	prefix := g.namespace + segOwnerRows + esc(owner.OwnerID) + "/" + strconv.FormatInt(owner.LeaseGeneration, 10) + "/"
-	kvs, _, err := rangeAll(ctx, c, prefix, clientv3.WithKeysOnly())
+	kvs, _, err := rangeAll(ctx, c, etcdstore.OwnerIndexPrefix(g.namespace, owner), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, err
 	}
 	out := []rowView{}
 	for _, kv := range kvs {
-		key := authority.Key(string(kv.Key)[len(prefix):])
+		e, err := etcdstore.DecodeEntry(g.namespace, kv)
+		if err != nil {
+			return nil, err
+		}
+		key := e.Key
 		r, err := read(ctx, key)
 		if err != nil {
 			return nil, err

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -136,7 +138,7 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 --count changes.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := g.namespace + segRows
+			prefix := etcdstore.Prefix(g.namespace, etcdstore.EntryRow)
 			if len(args) == 1 {
 				prefix += args[0]
 			}
@@ -161,11 +163,12 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 					return fmt.Errorf("watch: %w", err)
 				}
 				for _, ev := range wr.Events {
-					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT", Key: string(ev.Kv.Key[len(g.namespace)+len(segRows):])}
+					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT",
+						Key: strings.TrimPrefix(string(ev.Kv.Key), etcdstore.Prefix(g.namespace, etcdstore.EntryRow))}
 					if ev.Type == clientv3.EventTypeDelete {
 						v.Type = "DELETE"
-					} else if s, err := decodeRow(ev.Kv); err == nil {
-						rv := viewRow(authority.Key(v.Key), s)
+					} else if e, err := etcdstore.DecodeEntry(g.namespace, ev.Kv); err == nil {
+						rv := viewRow(e.Key, e.Snapshot)
 						v.Row = &rv
 					}
 					if err := writeEvent(g, v); err != nil {

@@ -27,9 +27,14 @@ func (l layout) terminal(op authority.CreationOperation) string {
 	return l.ns + "terminals/" + op.Key()
 }
 
+// livenessPrefix is the prefix of the liveness keys of one owner lease
+// generation.
+func (l layout) livenessPrefix(owner authority.OwnerToken) string {
+	return l.ns + "owners/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
+}
+
 func (l layout) liveness(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) string {
-	return l.ns + "owners/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/" +
-		esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
+	return l.livenessPrefix(owner) + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
 }
 
 func (l layout) ownerRowsPrefix(owner authority.OwnerToken) string {

@@ -1,0 +1,405 @@
+package etcd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// EntryKind names what one key under a store's namespace holds (see the
+// key layout in the package comment).
+type EntryKind int
+
+// Entry kinds.
+const (
+	// EntryUnknown is a key outside the namespace or under no segment of
+	// the layout (for example a tool's scratch key).
+	EntryUnknown EntryKind = iota
+	// EntryRow is an authority row.
+	EntryRow
+	// EntryOwnerLiveness is an owner's liveness key, attached to its lease.
+	EntryOwnerLiveness
+	// EntryOwnerGeneration is the last lease generation handed to an owner.
+	EntryOwnerGeneration
+	// EntryOwnerIndex is the owner index entry of one row.
+	EntryOwnerIndex
+	// EntryCapacity is the capacity index entry of a row or an aggregate.
+	EntryCapacity
+	// EntryReservation is a reservation terminal.
+	EntryReservation
+	// EntryTerminal is a creation terminal.
+	EntryTerminal
+	// EntryAggregate is an aggregate record.
+	EntryAggregate
+	// EntryBlob is a relocation blob.
+	EntryBlob
+)
+
+var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob"}
+
+// String returns the kind's name ("row", "capacity", ...).
+func (k EntryKind) String() string {
+	if k < 0 || int(k) >= len(entryKindNames) {
+		return "EntryKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return entryKindNames[k]
+}
+
+// segments are the first path segment of every kind's keys ("rows/", ...),
+// taken from the layout's own key builders so that keys.go stays the one
+// definition of the layout.
+var segments = func() map[EntryKind]string {
+	l := layout{}
+	node := authority.NodeDescriptor{MeshName: "m", RID: "r"}
+	owner := authority.OwnerToken{OwnerID: "o", LeaseGeneration: 1}
+	alloc := authority.PlacementAllocation{Descriptor: node, DescriptorLifecycleGeneration: 1}
+	first := func(key string) string { return key[:strings.IndexByte(key, '/')+1] }
+	return map[EntryKind]string{
+		EntryRow:             first(l.row("k")),
+		EntryOwnerLiveness:   first(l.liveness(node, 1, owner)),
+		EntryOwnerGeneration: first(l.ownerGen("o")),
+		EntryOwnerIndex:      first(l.ownerRowsPrefix(owner)),
+		EntryCapacity:        first(l.capacityRow(alloc, "k")),
+		EntryReservation:     first(l.reservation("r")),
+		EntryTerminal:        first(l.terminal(authority.CreationOperation{SourceNodeRID: "r"})),
+		EntryAggregate:       first(l.aggregate(authority.Fence{AggregateID: "a", AggregateGeneration: 1})),
+		EntryBlob:            first(l.blob("b")),
+	}
+}()
+
+// Prefix returns the prefix of every key of kind k under namespace (for
+// example namespace+"capacity/"), to range over them. For EntryUnknown it
+// returns namespace itself, the prefix of every key of the store.
+func Prefix(namespace string, k EntryKind) string { return namespace + segments[k] }
+
+// OwnerLivenessPrefix returns the prefix of the liveness keys of one owner
+// lease generation (one per node lifecycle it is live on).
+func OwnerLivenessPrefix(namespace string, owner authority.OwnerToken) string {
+	return layout{ns: namespace}.livenessPrefix(owner)
+}
+
+// OwnerIndexPrefix returns the prefix of the owner index entries of the rows
+// one owner lease generation holds.
+func OwnerIndexPrefix(namespace string, owner authority.OwnerToken) string {
+	return layout{ns: namespace}.ownerRowsPrefix(owner)
+}
+
+// Entry is one decoded key-value of a store's namespace: its kind, the parts
+// of its key and its decoded value. Only the fields its kind names are set.
+type Entry struct {
+	Kind EntryKind
+
+	// Key is the authority key of a row, of an owner index entry and of a
+	// row's capacity entry.
+	Key authority.Key
+	// Owner is the owner of a liveness key and of an owner index entry; for
+	// an owner generation, the owner with the last lease generation handed
+	// to it.
+	Owner authority.OwnerToken
+	// Node and Lifecycle are the node lifecycle of a liveness key and of a
+	// capacity entry.
+	Node      authority.NodeDescriptor
+	Lifecycle int64
+	// Fence is the aggregate of an aggregate record and of an aggregate's
+	// capacity entry.
+	Fence authority.Fence
+	// ReservationID is the reservation of a reservation terminal.
+	ReservationID string
+	// BlobReference is the reference of a relocation blob.
+	BlobReference authority.BlobReference
+
+	// Snapshot is a row as ReadAuthority returns it, except StoreNow (zero:
+	// decoding reads no clock).
+	Snapshot *authority.Snapshot
+	// Capacity is a capacity entry's value.
+	Capacity *CapacityEntry
+	// Reservation is a reservation terminal's value.
+	Reservation *ReservationTerminal
+	// Terminal is a creation terminal.
+	Terminal *authority.TerminalRecord
+	// Aggregate is an aggregate record.
+	Aggregate *AggregateRecord
+	// Blob is a relocation blob.
+	Blob *Blob
+}
+
+// CapacityEntry is the capacity one row or prepared aggregate holds on a
+// node lifecycle.
+type CapacityEntry struct {
+	// State is AllocationReserved or AllocationActive.
+	State authority.AllocationState
+	// Vector is the capacity held.
+	Vector authority.CapacityVector
+	// Aggregate says the holder is an aggregate (Entry.Fence), not a row
+	// (Entry.Key).
+	Aggregate bool
+}
+
+// Reservation terminal states.
+const (
+	ReservationCommitted = reservationCommitted
+	ReservationAborted   = reservationAborted
+	ReservationRejected  = string(authority.TerminalRejected)
+	ReservationFailed    = string(authority.TerminalFailed)
+)
+
+// ReservationTerminal is the outcome of a finished reservation.
+type ReservationTerminal struct {
+	// State is ReservationCommitted, ReservationAborted, ReservationRejected
+	// or ReservationFailed.
+	State string
+	// ExpiresAt is when the store stops serving it.
+	ExpiresAt time.Time
+}
+
+// Aggregate record states.
+const (
+	AggregatePrepared  = aggregatePrepared
+	AggregateCommitted = aggregateCommitted
+	AggregateAborted   = aggregateAborted
+)
+
+// AggregateRecord is the stored state of one aggregate.
+type AggregateRecord struct {
+	// State is AggregatePrepared, AggregateCommitted or AggregateAborted.
+	State string
+	// Request is the request that prepared the aggregate.
+	Request authority.AggregatePrepareRequest
+	// ExpiresAt is when the store stops serving a committed or aborted
+	// record; zero for a prepared one, which never expires.
+	ExpiresAt time.Time
+}
+
+// Blob is a relocation blob.
+type Blob struct {
+	// Data is the blob's content.
+	Data []byte
+	// ExpiresAt is when the store stops serving it.
+	ExpiresAt time.Time
+}
+
+// Expired reports whether the store no longer serves e at now: a
+// reservation terminal, creation terminal, relocation blob or finished
+// aggregate record past its expiry (it awaits the deletion of its lease).
+// Other entries never expire.
+func (e Entry) Expired(now time.Time) bool {
+	var at time.Time
+	switch {
+	case e.Reservation != nil:
+		at = e.Reservation.ExpiresAt
+	case e.Terminal != nil:
+		at = e.Terminal.ExpiresAt
+	case e.Blob != nil:
+		at = e.Blob.ExpiresAt
+	case e.Aggregate != nil && !e.Aggregate.ExpiresAt.IsZero():
+		at = e.Aggregate.ExpiresAt
+	default:
+		return false
+	}
+	return !at.After(now)
+}
+
+var errBadKey = errors.New("key does not match the layout")
+
+// DecodeEntry decodes kv, a key-value read from etcd under namespace, with
+// the codec the store writes it with. It returns an EntryUnknown entry (and
+// no error) for a key the layout does not name. A key or value of a known
+// kind that does not decode is an error wrapping authority.ErrCorrupt. An
+// owner index entry needs no value, so a keys-only read decodes too.
+func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
+	full := string(kv.Key)
+	rest, ok := strings.CutPrefix(full, namespace)
+	if !ok {
+		return Entry{Kind: EntryUnknown}, nil
+	}
+	kind := EntryUnknown
+	for k, seg := range segments {
+		if strings.HasPrefix(rest, seg) {
+			kind, rest = k, rest[len(seg):]
+			break
+		}
+	}
+	e := Entry{Kind: kind}
+	var err error
+	switch kind {
+	case EntryRow:
+		e.Key = authority.Key(rest)
+		var r *row
+		if r, err = decodeRow(e.Key, kv); err == nil {
+			e.Snapshot = r.snapshot(time.Time{})
+		}
+	case EntryOwnerLiveness:
+		err = e.decodeLiveness(rest, kv)
+	case EntryOwnerGeneration:
+		e.Owner.OwnerID, err = url.PathUnescape(rest)
+		if err == nil {
+			e.Owner.LeaseGeneration, err = strconv.ParseInt(string(kv.Value), 10, 64)
+		}
+	case EntryOwnerIndex:
+		parts := strings.SplitN(rest, "/", 3)
+		if len(parts) != 3 {
+			return e, corrupt(full, errBadKey)
+		}
+		if e.Owner, err = parseOwner(parts[0], parts[1]); err == nil {
+			e.Key = authority.Key(parts[2])
+		}
+	case EntryCapacity:
+		err = e.decodeCapacity(rest, kv)
+	case EntryReservation:
+		if e.ReservationID, err = url.PathUnescape(rest); err == nil {
+			var rec reservationRecord
+			if rec, err = decodeReservation(kv); err == nil {
+				e.Reservation = &ReservationTerminal{State: rec.State, ExpiresAt: rec.ExpiresAt}
+			}
+		}
+	case EntryTerminal:
+		e.Terminal, err = decodeTerminal(kv)
+		if err == nil && e.Terminal.Operation.Key() != rest {
+			err = fmt.Errorf("operation %q under key %q: %w", e.Terminal.Operation.Key(), rest, errBadKey)
+		}
+	case EntryAggregate:
+		err = e.decodeAggregate(rest, kv)
+	case EntryBlob:
+		e.BlobReference = authority.BlobReference(rest)
+		if len(kv.Value) < 8 {
+			return e, corrupt(full, errors.New("blob shorter than its expiry"))
+		}
+		e.Blob = &Blob{ExpiresAt: time.Unix(0, int64(binary.BigEndian.Uint64(kv.Value[:8]))), Data: bytes.Clone(kv.Value[8:])}
+	}
+	if err != nil {
+		if errors.Is(err, authority.ErrCorrupt) {
+			return e, err
+		}
+		return e, corrupt(full, err)
+	}
+	return e, nil
+}
+
+// parseOwner parses the "<esc owner>/<lease gen>" segments of a key.
+func parseOwner(id, gen string) (authority.OwnerToken, error) {
+	ownerID, err := url.PathUnescape(id)
+	if err != nil {
+		return authority.OwnerToken{}, err
+	}
+	g, err := strconv.ParseInt(gen, 10, 64)
+	if err != nil {
+		return authority.OwnerToken{}, err
+	}
+	return authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: g}, nil
+}
+
+// parseNode parses the "<esc mesh>/<esc rid>/<lifecycle>" segments of a key.
+func parseNode(mesh, rid, lifecycle string) (authority.NodeDescriptor, int64, error) {
+	m, err := url.PathUnescape(mesh)
+	if err != nil {
+		return authority.NodeDescriptor{}, 0, err
+	}
+	r, err := url.PathUnescape(rid)
+	if err != nil {
+		return authority.NodeDescriptor{}, 0, err
+	}
+	lc, err := strconv.ParseInt(lifecycle, 10, 64)
+	if err != nil {
+		return authority.NodeDescriptor{}, 0, err
+	}
+	return authority.NodeDescriptor{MeshName: m, RID: r}, lc, nil
+}
+
+// parseFence parses the "<esc aggregate ID>/<generation>" segments of a key.
+func parseFence(id, gen string) (authority.Fence, error) {
+	aid, err := url.PathUnescape(id)
+	if err != nil {
+		return authority.Fence{}, err
+	}
+	g, err := strconv.ParseInt(gen, 10, 64)
+	if err != nil {
+		return authority.Fence{}, err
+	}
+	return authority.Fence{AggregateID: aid, AggregateGeneration: g}, nil
+}
+
+// decodeLiveness decodes owners/<esc owner>/<lease gen>/<esc mesh>/<esc rid>/<lifecycle>;
+// the key and the value name the same owner and node lifecycle.
+func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
+	parts := strings.Split(rest, "/")
+	if len(parts) != 5 {
+		return errBadKey
+	}
+	var err error
+	if e.Owner, err = parseOwner(parts[0], parts[1]); err != nil {
+		return err
+	}
+	if e.Node, e.Lifecycle, err = parseNode(parts[2], parts[3], parts[4]); err != nil {
+		return err
+	}
+	var v livenessRecord
+	if err := json.Unmarshal(kv.Value, &v); err != nil {
+		return err
+	}
+	if v != (livenessRecord{MeshName: e.Node.MeshName, RID: e.Node.RID, Lifecycle: e.Lifecycle, OwnerID: e.Owner.OwnerID, Lease: e.Owner.LeaseGeneration}) {
+		return fmt.Errorf("value names another owner or node: %w", errBadKey)
+	}
+	return nil
+}
+
+// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
+// and capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>.
+func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
+	parts := strings.SplitN(rest, "/", 5)
+	if len(parts) != 5 {
+		return errBadKey
+	}
+	var err error
+	if e.Node, e.Lifecycle, err = parseNode(parts[0], parts[1], parts[2]); err != nil {
+		return err
+	}
+	c := &CapacityEntry{}
+	switch parts[3] {
+	case "row":
+		e.Key = authority.Key(parts[4])
+	case "agg":
+		id, gen, ok := strings.Cut(parts[4], "/")
+		if !ok {
+			return errBadKey
+		}
+		if e.Fence, err = parseFence(id, gen); err != nil {
+			return err
+		}
+		c.Aggregate = true
+	default:
+		return errBadKey
+	}
+	if c.State, c.Vector, err = decodeCapacityValue(kv.Value); err != nil {
+		return err
+	}
+	e.Capacity = c
+	return nil
+}
+
+// decodeAggregate decodes aggregates/<esc aggregate ID>/<generation>.
+func (e *Entry) decodeAggregate(rest string, kv *mvccpb.KeyValue) error {
+	id, gen, ok := strings.Cut(rest, "/")
+	if !ok {
+		return errBadKey
+	}
+	var err error
+	if e.Fence, err = parseFence(id, gen); err != nil {
+		return err
+	}
+	rec, err := decodeAggregate(kv)
+	if err != nil {
+		return err
+	}
+	e.Aggregate = &AggregateRecord{State: rec.State, Request: rec.Request, ExpiresAt: rec.ExpiresAt}
+	return nil
+}
