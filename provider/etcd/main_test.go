@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -26,6 +27,13 @@ var (
 var testEpoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		// A fuzz worker process runs only a fuzz target, and none of them
+		// needs etcd: do not start one per worker (on a loaded machine the
+		// start-up could outlast -fuzztime).
+		os.Exit(m.Run())
+	}
 	var err error
 	server, err = etcdtest.StartMain()
 	if err != nil {
