@@ -105,6 +105,7 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 			s.adjust(countActive, r.meta.entries(), -1)
 		} else {
 			s.adjust(countPending, r.meta.entries(), -1)
+			s.reservations.drop(r.meta.reservation.creation.seq)
 		}
 		s.deleteRow(r)
 	}

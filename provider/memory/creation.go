@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"time"
 	"unsafe"
@@ -33,13 +34,12 @@ func (s *Store) reservationTerminal(reservationID string) (reservationTerminal, 
 	if !ok {
 		return reservationTerminal{}, false
 	}
-	t, ok := s.reservationTerminals[id]
-	return t, ok
+	return s.reservations.terminal(id)
 }
 
 // endReservation records how the reservation of r ended.
 func (s *Store) endReservation(r *row, state reservationState, now time.Time) {
-	s.setReservationTerminal(r.meta.creation.id, state, now)
+	s.setReservationTerminal(r.meta.reservation.creation.seq, state, now)
 }
 
 // Reserve creates a reserved row for a new object (the seed's reserve).
@@ -90,15 +90,17 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	s.storeVersion++
 	s.objectGeneration++
 	s.ownerGeneration++
-	// One allocation holds the row, its shared parts, the reservation ID
-	// and (when they fit) the request digest and the payload.
-	b := new(reservationBlock)
-	id := s.newReservationID()
-	encodeUUID(&b.idText, id)
+	// One allocation holds the row, its shared parts and (when it fits)
+	// the payload; another the reservation, its ID and (when it fits) the
+	// request digest, which are garbage once the row is committed.
+	b, p := new(rowBlock), new(reservationPart)
+	seq, id := s.newReservation()
+	encodeUUID(&p.idText, id)
 	// The ID's text is written once, above, and never again: a string can
 	// share it.
-	reservationID := unsafe.String(&b.idText[0], len(b.idText))
+	reservationID := unsafe.String(&p.idText[0], len(p.idText))
 	r, m := &b.row, &b.meta
+	m.reservation = p
 	r.key = key
 	r.version = s.storeVersion
 	r.snap = authority.Snapshot{
@@ -107,27 +109,26 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		OwnerID:                  target.Owner.OwnerID,
 		OwnerLeaseGeneration:     target.Owner.LeaseGeneration,
 	}
-	m.creation = creation{id: id, reservationID: reservationID, target: target}
+	p.creation = creation{seq: seq, reservationID: reservationID, target: target}
 	s.initAllocation(r, m, alloc)
-	m.pending = authority.PendingCreation{
+	p.pending = authority.PendingCreation{
 		ReservationID:           reservationID,
 		RequestContentReference: req.Intent.RequestContentReference,
 		RequestEncodedSize:      req.Intent.RequestEncodedSize,
 	}
-	// The digest first, then the payload, whose capacity runs to the end of
-	// the buffer: a rewrite in place (commit) can reuse it.
-	digestLen := len(req.Intent.RequestSHA256)
-	var buf []byte
-	if size := digestLen + len(req.CreatingPayload); size <= len(b.inline) {
-		buf = b.inline[:]
+	if d := req.Intent.RequestSHA256; len(d) <= len(p.digest) {
+		p.pending.RequestSHA256 = p.digest[:copy(p.digest[:], d):len(d)]
 	} else {
-		buf = make([]byte, size)
+		p.pending.RequestSHA256 = bytes.Clone(d)
 	}
-	m.pending.RequestSHA256 = buf[:copy(buf, req.Intent.RequestSHA256):digestLen]
-	if req.CreatingPayload != nil {
-		r.snap.Payload = buf[digestLen : digestLen+copy(buf[digestLen:], req.CreatingPayload)]
+	// The payload's capacity runs to the end of the buffer: a rewrite in
+	// place (commit) can reuse it.
+	if c := req.CreatingPayload; c != nil && len(c) <= len(b.inline) {
+		r.snap.Payload = b.inline[:copy(b.inline[:], c)]
+	} else if c != nil {
+		r.snap.Payload = bytes.Clone(c)
 	}
-	r.snap.PendingCreation = &m.pending
+	r.snap.PendingCreation = &p.pending
 	s.putRow(r)
 	s.adjust(countPending, m.entries(), 1)
 	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshot(now)}, nil
@@ -137,12 +138,16 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 // reserved row at key made by this reservation, at this version, for this
 // target; nil when any of that does not hold.
 func (s *Store) reservedRow(key authority.Key, reservationID string, expected authority.StoreVersion, target authority.CreationTarget) *row {
-	r := s.row(key)
+	return reservedAt(s.row(key), reservationID, expected, target)
+}
+
+// reservedAt is reservedRow of the row r (nil when there is none).
+func reservedAt(r *row, reservationID string, expected authority.StoreVersion, target authority.CreationTarget) *row {
 	if r == nil ||
 		r.snap.Allocation.State != authority.AllocationReserved ||
-		r.meta.creation.reservationID != reservationID ||
+		r.meta.reservation.creation.reservationID != reservationID ||
 		!r.versionIs(expected) ||
-		r.meta.creation.target != target {
+		r.meta.reservation.creation.target != target {
 		return nil
 	}
 	return r
@@ -157,6 +162,9 @@ func (s *Store) activate(r *row, v int64, payload []byte) *row {
 	next.snap.Payload = payloadCopy(r.snap.Payload, payload, inPlace)
 	next.snap.Allocation.State = authority.AllocationActive
 	next.snap.PendingCreation = nil
+	// A listing's copy of the reserved value keeps the part alive through
+	// its PendingCreation; the row no longer needs it.
+	next.meta.reservation = nil
 	s.adjust(countActive, next.meta.entries(), 1)
 	s.storeNext(next, inPlace)
 	return next
@@ -173,13 +181,14 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 		return authority.CommitResult{}, err
 	}
 	defer s.mu.Unlock()
-	if current := s.row(key); current != nil && current.snap.Allocation.State == authority.AllocationActive {
+	current := s.row(key)
+	if current != nil && current.snap.Allocation.State == authority.AllocationActive {
 		if t, ok := s.reservationTerminal(req.ReservationID); ok && t.state == reservationCommitted {
 			return authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: current.snapshot(now)}, nil
 		}
 	}
-	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
-	if r == nil || !s.isCreationTargetLive(r.meta.creation.target) {
+	r := reservedAt(current, req.ReservationID, req.ExpectedStoreVersion, req.Target)
+	if r == nil || !s.isCreationTargetLive(r.meta.reservation.creation.target) {
 		return authority.CommitResult{Kind: authority.KindStale}, nil
 	}
 	v, ok := s.nextStoreVersion()
@@ -220,7 +229,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: retained.Clone()}, nil
 	}
 	r := s.reservedRow(key, req.ReservationID, req.ExpectedStoreVersion, req.Target)
-	if r == nil || !s.isCreationTargetLive(r.meta.creation.target) {
+	if r == nil || !s.isCreationTargetLive(r.meta.reservation.creation.target) {
 		return authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 	}
 	if !s.creationTerminalAvailable(opKey, now) {

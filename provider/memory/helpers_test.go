@@ -167,7 +167,7 @@ func (e *env) state() state {
 	return state{
 		revision: e.s.revision, storeVersion: e.s.storeVersion,
 		objectGeneration: e.s.objectGeneration, ownerGeneration: e.s.ownerGeneration,
-		rows: e.s.index.Len(), reservations: len(e.s.reservationTerminals),
+		rows: e.s.index.Len(), reservations: e.s.reservations.terminals,
 		terminals: len(e.s.operationTerminals), aggregates: len(e.s.aggregates),
 		counters: cells(e.s.counters),
 	}

@@ -199,8 +199,10 @@ func TestListingsAndInPlaceWritesConcurrently(t *testing.T) {
 
 func TestReservationIDText(t *testing.T) {
 	e := newEnv(t)
-	for range 100 {
-		id := e.s.newReservationID()
+	seen := make(map[string]bool)
+	for i := range 100 {
+		seq, id := e.s.newReservation()
+		require.Equal(t, uint64(i), seq)
 		var text [uuidTextLen]byte
 		encodeUUID(&text, id)
 		require.Equal(t, id.String(), string(text[:]))
@@ -211,6 +213,18 @@ func TestReservationIDText(t *testing.T) {
 		back, ok := parseReservationID(string(text[:]))
 		require.True(t, ok)
 		require.Equal(t, id, back)
+		require.False(t, seen[id.String()])
+		seen[id.String()] = true
+		// The ID decodes to its number; a change of any bit does not.
+		got, ok := e.s.reservations.decode(id)
+		require.True(t, ok)
+		require.Equal(t, seq, got)
+		for bit := range 128 {
+			other := id
+			other[bit/8] ^= 1 << (bit % 8)
+			_, ok := e.s.reservations.decode(other)
+			require.False(t, ok, "bit %d", bit)
+		}
 	}
 	good := "0123abcd-4567-89ef-0123-456789abcdef"
 	_, ok := parseReservationID(good)
@@ -247,7 +261,8 @@ func TestVersionIs(t *testing.T) {
 // they are sized for: a change to the contract's types shows up here, not
 // as a silent step up to the next size class.
 func TestAllocationSizes(t *testing.T) {
-	require.EqualValues(t, 640, unsafe.Sizeof(reservationBlock{}))
+	require.EqualValues(t, 416, unsafe.Sizeof(rowBlock{}))
+	require.EqualValues(t, 224, unsafe.Sizeof(reservationPart{}))
 	require.EqualValues(t, 320, unsafe.Sizeof(exportedActive{}))
 	require.EqualValues(t, 416, unsafe.Sizeof(exportedPending{}))
 }

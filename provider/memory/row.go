@@ -3,11 +3,8 @@ package memory
 import (
 	"bytes"
 	"strconv"
-	"strings"
 	"time"
 	"unsafe"
-
-	"github.com/google/uuid"
 
 	authority "github.com/zlink-systems/authority"
 )
@@ -41,33 +38,47 @@ type rowMeta struct {
 	// counters resolved; entries() is the used part.
 	cells [3]cellEntry
 	n     int
-	// creation is the reservation the row was created by (the seed's
-	// row.creation).
+	// reservation is the reservation the row was created by, while the row
+	// is reserved; nil once it is active.
+	reservation *reservationPart
+}
+
+// reservationPart is what a reserved row holds beyond an active one, in one
+// allocation that is garbage once the row is committed: the reservation (the
+// seed's row.creation), the pending creation and, when the request digest
+// fits, its bytes.
+type reservationPart struct {
 	creation creation
 	pending  authority.PendingCreation
+	idText   [uuidTextLen]byte
+	digest   [partDigestBytes]byte
 }
 
 // creation is the reservation a row was made by.
 type creation struct {
-	// id is the reservation ID; reservationID is its text.
-	id            uuid.UUID
+	// seq is the reservation's number (reservations.go); reservationID
+	// is its ID's text.
+	seq           uint64
 	reservationID string
 	target        authority.CreationTarget
 }
 
-// reservationBlock is what Reserve allocates for a new row: the row, its
-// shared parts, the reservation ID's text and, when they fit, the creating
-// payload and the request digest, in one allocation. The parts a listing
-// reads (the row, its payload, its Spot type) come first and are adjacent.
-type reservationBlock struct {
+// rowBlock is what Reserve allocates for a new row next to its
+// reservationPart: the row, its shared parts and, when it fits, the payload,
+// in one allocation. The parts a listing reads (the row, its payload, its
+// Spot type) are adjacent.
+type rowBlock struct {
 	row    row
 	inline [blockInlineBytes]byte
 	meta   rowMeta
-	idText [uuidTextLen]byte
 }
 
-// blockInlineBytes fills reservationBlock to its allocation size class.
-const blockInlineBytes = 80
+// The inline sizes fill rowBlock (416 bytes) and reservationPart (224 bytes)
+// to their allocation size classes.
+const (
+	blockInlineBytes = 48
+	partDigestBytes  = 36
+)
 
 func rowLess(a, b *row) bool { return a.key < b.key }
 
@@ -102,10 +113,7 @@ func (m *rowMeta) entries() []cellEntry { return m.cells[:m.n] }
 
 // setAllocation gives r a new allocation (and so new shared parts).
 func (s *Store) setAllocation(r *row, a authority.PlacementAllocation) {
-	m := &rowMeta{creation: r.meta.creation}
-	// The ID's text may live in the reservation's block: copy it, so that
-	// the block can go.
-	m.creation.reservationID = strings.Clone(m.creation.reservationID)
+	m := &rowMeta{reservation: r.meta.reservation}
 	s.initAllocation(r, m, a)
 }
 

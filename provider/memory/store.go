@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	crand "crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"math/rand/v2"
 	"strconv"
@@ -87,10 +86,11 @@ type Store struct {
 	objectGeneration int64
 	ownerGeneration  int64
 
-	reservationTerminals map[uuid.UUID]reservationTerminal
-	operationTerminals   map[string]*authority.TerminalRecord
-	aggregates           map[authority.Fence]*aggregateRecord
-	counters             map[authority.CapacityCounter]*counterCell
+	// reservations holds the open reservations and their terminals.
+	reservations       reservationTable
+	operationTerminals map[string]*authority.TerminalRecord
+	aggregates         map[authority.Fence]*aggregateRecord
+	counters           map[authority.CapacityCounter]*counterCell
 
 	reservationSweep fifo[reservationSweepEntry]
 	aggregateSweep   fifo[sweepEntry[authority.Fence]]
@@ -114,19 +114,18 @@ func New(opts Options) *Store {
 		panic("memory: Options.Liveness is required")
 	}
 	s := &Store{
-		liveness:             opts.Liveness,
-		clock:                opts.Clock,
-		retention:            opts.Retention,
-		scanRetention:        opts.ScanRetention,
-		maxPins:              opts.MaxPinnedScans,
-		policy:               opts.Capacity,
-		claims:               opts.Identity,
-		index:                btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
-		reservationTerminals: make(map[uuid.UUID]reservationTerminal),
-		operationTerminals:   make(map[string]*authority.TerminalRecord),
-		aggregates:           make(map[authority.Fence]*aggregateRecord),
-		counters:             make(map[authority.CapacityCounter]*counterCell),
-		watches:              make(map[authority.Key]*watch),
+		liveness:           opts.Liveness,
+		clock:              opts.Clock,
+		retention:          opts.Retention,
+		scanRetention:      opts.ScanRetention,
+		maxPins:            opts.MaxPinnedScans,
+		policy:             opts.Capacity,
+		claims:             opts.Identity,
+		index:              btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
+		operationTerminals: make(map[string]*authority.TerminalRecord),
+		aggregates:         make(map[authority.Fence]*aggregateRecord),
+		counters:           make(map[authority.CapacityCounter]*counterCell),
+		watches:            make(map[authority.Key]*watch),
 	}
 	if s.clock == nil {
 		s.clock = authority.SystemClock{}
@@ -146,6 +145,7 @@ func New(opts Options) *Store {
 		panic("memory: no randomness: " + err.Error())
 	}
 	s.ids = rand.NewChaCha8([32]byte(seed[:32]))
+	s.reservations.key = s.ids.Uint64()
 	s.scope = "memory/" + hex.EncodeToString(seed[32:])
 	return s
 }
@@ -274,16 +274,12 @@ func (s *Store) isCreationTargetLive(t authority.CreationTarget) bool {
 	return s.liveness.IsTargetLive(t.Descriptor(), t.NodeLifecycleGeneration, t.Owner)
 }
 
-// newReservationID returns a random version 4 UUID, like the seed's
-// randomUUID, drawn from the store's ChaCha8 generator (seeded from
-// crypto/rand) so that the hot path does not read the system's randomness.
-func (s *Store) newReservationID() uuid.UUID {
-	var id uuid.UUID
-	binary.LittleEndian.PutUint64(id[:8], s.ids.Uint64())
-	binary.LittleEndian.PutUint64(id[8:], s.ids.Uint64())
-	id[6] = id[6]&0x0f | 0x40 // version 4
-	id[8] = id[8]&0x3f | 0x80 // RFC 4122 variant
-	return id
+// newReservation opens a reservation: its number and its ID, a version 4
+// UUID like the seed's randomUUID whose random half is drawn from the
+// store's ChaCha8 generator (seeded from crypto/rand), so that the hot path
+// does not read the system's randomness (reservations.go).
+func (s *Store) newReservation() (seq uint64, id uuid.UUID) {
+	return s.reservations.open(s.ids.Uint64())
 }
 
 // uuidTextLen is the length of a UUID's canonical text.

@@ -4,8 +4,6 @@ import (
 	"container/heap"
 	"time"
 
-	"github.com/google/uuid"
-
 	authority "github.com/zlink-systems/authority"
 )
 
@@ -72,9 +70,7 @@ func (s *Store) sweep(now time.Time) {
 		if e.deadline > at {
 			break
 		}
-		if t, ok := s.reservationTerminals[e.id]; ok && t.deadline == e.deadline {
-			delete(s.reservationTerminals, e.id)
-		}
+		s.reservations.sweep(e.seq, e.deadline)
 		s.reservationSweep.pop()
 	}
 	for s.aggregateSweep.len() > 0 {
@@ -101,15 +97,15 @@ func (s *Store) sweep(now time.Time) {
 // deadline (an offset from the store's epoch). It holds no pointer, so that
 // the collector does not scan the queue.
 type reservationSweepEntry struct {
-	id       uuid.UUID
+	seq      uint64
 	deadline time.Duration
 }
 
 // setReservationTerminal is the seed's creationTerminals.set.
-func (s *Store) setReservationTerminal(id uuid.UUID, state reservationState, now time.Time) {
+func (s *Store) setReservationTerminal(seq uint64, state reservationState, now time.Time) {
 	deadline := now.Add(s.retention).Sub(s.epoch)
-	s.reservationTerminals[id] = reservationTerminal{state: state, deadline: deadline}
-	s.reservationSweep.push(reservationSweepEntry{id: id, deadline: deadline})
+	s.reservations.end(seq, state, deadline)
+	s.reservationSweep.push(reservationSweepEntry{seq: seq, deadline: deadline})
 }
 
 // setOperationTerminal is the seed's operationTerminals.set.
