@@ -188,25 +188,29 @@ type Blob struct {
 	ExpiresAt time.Time
 }
 
-// Expired reports whether the store no longer serves e at now: a
-// reservation terminal, creation terminal, relocation blob or finished
-// aggregate record past its expiry (it awaits the deletion of its lease).
-// Other entries never expire.
-func (e Entry) Expired(now time.Time) bool {
-	var at time.Time
+// Expiry returns when e expires: the expiry of a reservation terminal,
+// creation terminal, relocation blob or finished aggregate record; ok is
+// false for every other entry, which never expires.
+func (e Entry) Expiry() (at time.Time, ok bool) {
 	switch {
 	case e.Reservation != nil:
-		at = e.Reservation.ExpiresAt
+		return e.Reservation.ExpiresAt, true
 	case e.Terminal != nil:
-		at = e.Terminal.ExpiresAt
+		return e.Terminal.ExpiresAt, true
 	case e.Blob != nil:
-		at = e.Blob.ExpiresAt
+		return e.Blob.ExpiresAt, true
 	case e.Aggregate != nil && !e.Aggregate.ExpiresAt.IsZero():
-		at = e.Aggregate.ExpiresAt
-	default:
-		return false
+		return e.Aggregate.ExpiresAt, true
 	}
-	return !at.After(now)
+	return time.Time{}, false
+}
+
+// Expired reports whether the store no longer serves e at now: it expires
+// (see Expiry) and its expiry has passed (it awaits the deletion of its
+// lease).
+func (e Entry) Expired(now time.Time) bool {
+	at, ok := e.Expiry()
+	return ok && !at.After(now)
 }
 
 var errBadKey = errors.New("key does not match the layout")

@@ -247,18 +247,7 @@ func TestInspectExpired(t *testing.T) {
 	entries, _ := in.decodeAll(t)
 	latest := in.clock.Now()
 	for _, e := range entries { // the last expiry
-		var at time.Time
-		switch {
-		case e.Reservation != nil:
-			at = e.Reservation.ExpiresAt
-		case e.Terminal != nil:
-			at = e.Terminal.ExpiresAt
-		case e.Blob != nil:
-			at = e.Blob.ExpiresAt
-		case e.Aggregate != nil:
-			at = e.Aggregate.ExpiresAt
-		}
-		if at.After(latest) {
+		if at, ok := e.Expiry(); ok && at.After(latest) {
 			latest = at
 		}
 	}
