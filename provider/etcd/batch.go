@@ -10,13 +10,16 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Write batching.
 //
-// At most Config.MaxConcurrentTxns write Txns of a store are in flight at a
-// time. A write that finds a free slot is sent alone, exactly as built (its
+// At most Config.MaxConcurrentTxns batchable write Txns of a store are in
+// flight at a time (a write that cannot join a batch, or a member sent alone
+// after its batch failed, does not wait for a slot). A write that finds a
+// free slot is sent alone, exactly as built (its
 // own Else reads, its own context): one client, or a lightly loaded store,
 // sees no difference. A write that finds every slot busy queues; when a slot
 // frees, the queued writes are sent together as one Txn whose If is every
@@ -31,10 +34,10 @@ import (
 //     are known and go back to the head of the queue, and each of the others
 //     sends its own Txn alone, which decides its outcome from its own Else
 //     reads as if it had never been batched;
-//   - etcd refused it as a whole (a lease gone, a limit): nothing was
-//     written, and every member is sent alone;
-//   - the outcome is unknown (timeout, lost connection): every member gets
-//     ErrOutcomeUnknown, as it would alone.
+//   - etcd refused it as a whole for a reason one member can cause (a lease
+//     gone, a limit): nothing was written, and every member is sent alone;
+//   - any other error (the outcome is unknown, or etcd was unreachable):
+//     every member gets it, as it would alone.
 //
 // Members are independent by construction, so the merged Txn means the same
 // as the members applied one after another in any order: a write joins a
@@ -71,9 +74,10 @@ type writeBatcher struct {
 
 	txns, batches, batched, fallbacks atomic.Int64
 
-	mu    sync.Mutex
-	busy  int // slots in use: Txns in flight, or a drainer between them
-	queue []*queuedTxn
+	mu     sync.Mutex
+	busy   int // slots in use: Txns in flight, or a drainer between them
+	queue  []*queuedTxn
+	closed bool // the store is closed: nothing more is sent
 }
 
 // queuedTxn is one write waiting for a slot.
@@ -125,6 +129,10 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 		return b.send(ctx, t)
 	}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, authority.ErrClosed
+	}
 	if b.busy < b.max {
 		b.busy++
 		b.mu.Unlock()
@@ -150,8 +158,7 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 		}
 		b.mu.Unlock()
 		if !taken {
-			return nil, authority.Wrap(authority.ErrUnavailable,
-				"etcd write not sent: its context ended while it waited for a free Txn slot", ctx.Err())
+			return nil, notSent(ctx.Err())
 		}
 		select {
 		case <-q.done: // the outcome arrived meanwhile
@@ -160,6 +167,9 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 		}
 	}
 	if q.alone {
+		if err := ctx.Err(); err != nil {
+			return nil, notSent(err)
+		}
 		return b.send(ctx, t)
 	}
 	return q.resp, q.err
@@ -173,6 +183,20 @@ func (q *queuedTxn) size() int {
 		n += len(k) + opOverhead
 	}
 	return n
+}
+
+// notSent is the outcome of a write whose caller gave up before it was
+// sent: definitely not applied.
+func notSent(cause error) error {
+	return authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its context ended while it waited for a free Txn slot", cause)
+}
+
+// refusedWhole reports whether err is etcd refusing a merged Txn before
+// applying anything, for a reason one member may cause alone (a lease it
+// no longer knows, a size limit): each member is then sent alone.
+func refusedWhole(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, authority.ErrLimitExceeded) ||
+		errors.Is(err, rpctypes.ErrDuplicateKey)
 }
 
 // remove drops q from the queue (under mu).
@@ -210,6 +234,20 @@ func (b *writeBatcher) drain() {
 		b.mu.Unlock()
 		b.run(batch)
 	}
+}
+
+// close fails the queued writes with ErrClosed (they were not sent) and
+// lets no batch start after it.
+func (b *writeBatcher) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for _, q := range b.queue {
+		q.taken = true
+		q.err = authority.ErrClosed
+		close(q.done)
+	}
+	b.queue = nil
 }
 
 // take removes from the queue, in arrival order, the writes that fit
@@ -262,8 +300,22 @@ func independent(q *queuedTxn, written, compared map[string]bool) bool {
 
 // run sends one batch and hands each member its outcome.
 func (b *writeBatcher) run(batch []*queuedTxn) {
+	// Members whose caller gave up since they were taken are not sent.
+	live := batch[:0]
+	for _, q := range batch {
+		if err := q.ctx.Err(); err != nil {
+			q.err = notSent(err)
+			close(q.done)
+			continue
+		}
+		live = append(live, q)
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
 	// The Txn is for the members still waiting: it ends early only when all
-	// of them gave up.
+	// of them gave up. It carries the values (gRPC metadata, tracing) of the
+	// first member's context.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
 	waiting := atomic.Int32{}
@@ -307,18 +359,20 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	resp, err := b.send(ctx, merged)
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
-	unknown := errors.Is(err, authority.ErrOutcomeUnknown)
-	if !unknown && (err != nil || !resp.Succeeded) {
+	refused := err != nil && refusedWhole(err)
+	if refused || err == nil && !resp.Succeeded {
 		b.fallbacks.Add(1)
 	}
 	var retry []*queuedTxn
 	off := 0
 	for _, q := range batch {
 		switch {
-		case unknown:
-			q.err = err
-		case err != nil:
+		case refused:
 			q.alone = true
+		case err != nil:
+			// unknown (it may have applied) or definitely not applied
+			// (etcd unavailable before the send): as for a lone Txn
+			q.err = err
 		case !resp.Succeeded:
 			// Members whose compares held go on batched; the others are
 			// sent alone and decide from their own Else reads.
@@ -375,8 +429,13 @@ func (b *writeBatcher) requeue(retry []*queuedTxn) {
 	defer b.mu.Unlock()
 	head := make([]*queuedTxn, 0, len(retry)+len(b.queue))
 	for _, q := range retry {
+		if b.closed {
+			q.err = authority.ErrClosed
+			close(q.done)
+			continue
+		}
 		if err := q.ctx.Err(); err != nil {
-			q.err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its context ended while it waited for a free Txn slot", err)
+			q.err = notSent(err)
 			close(q.done)
 			continue
 		}

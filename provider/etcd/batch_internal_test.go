@@ -1,9 +1,14 @@
 package etcd
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -80,4 +85,125 @@ func TestBatchKeysOf(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []string{"k", "j"}, w)
 	require.Equal(t, []string{"k"}, c)
+}
+
+// recordingKV answers every Txn with success at revision 42 and records
+// the Then ops of each.
+type recordingKV struct {
+	clientv3.KV
+	thens *[][]clientv3.Op
+}
+
+func (k recordingKV) Txn(context.Context) clientv3.Txn { return &recordingTxn{thens: k.thens} }
+
+type recordingTxn struct {
+	thens *[][]clientv3.Op
+	then  []clientv3.Op
+}
+
+func (t *recordingTxn) If(...clientv3.Cmp) clientv3.Txn      { return t }
+func (t *recordingTxn) Else(...clientv3.Op) clientv3.Txn     { return t }
+func (t *recordingTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.then = ops; return t }
+func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
+	*t.thens = append(*t.thens, t.then)
+	resp := &clientv3.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: 42}, Succeeded: true}
+	for range t.then {
+		resp.Responses = append(resp.Responses, &etcdserverpb.ResponseOp{Response: &etcdserverpb.ResponseOp_ResponsePut{ResponsePut: &etcdserverpb.PutResponse{}}})
+	}
+	return resp, nil
+}
+
+// TestBatchRunSkipsMembersThatGaveUp: a member whose caller gave up after
+// it was taken into a batch, but before the batch was sent, is not sent:
+// its outcome is a definite ErrUnavailable, and the others go on.
+func TestBatchRunSkipsMembersThatGaveUp(t *testing.T) {
+	var thens [][]clientv3.Op
+	s := &Store{maxOps: 128, maxBytes: DefaultMaxRequestBytes, kv: recordingKV{thens: &thens}}
+	b := newWriteBatcher(s, 1)
+	mk := func(ctx context.Context, key string) *queuedTxn {
+		tx := &txn{}
+		tx.cmp(modRevIs(key, 1))
+		tx.put(key, "v")
+		w, c, _ := keysOf(tx)
+		return &queuedTxn{ctx: ctx, t: tx, writes: w, compares: c, done: make(chan struct{}), taken: true}
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	a, x, c := mk(context.Background(), "a"), mk(gone, "x"), mk(context.Background(), "c")
+	b.run([]*queuedTxn{a, x, c})
+	for _, q := range []*queuedTxn{a, x, c} {
+		<-q.done
+	}
+	require.ErrorIs(t, x.err, authority.ErrUnavailable)
+	require.ErrorIs(t, x.err, context.Canceled)
+	require.False(t, errors.Is(x.err, authority.ErrOutcomeUnknown))
+	require.Len(t, thens, 1)
+	var sent []string
+	for _, op := range thens[0] {
+		sent = append(sent, string(op.KeyBytes()))
+	}
+	require.Equal(t, []string{"a", "c"}, sent)
+	for _, q := range []*queuedTxn{a, c} {
+		require.NoError(t, q.err)
+		require.True(t, q.resp.Succeeded)
+		require.Len(t, q.resp.Responses, 1, "its own op's response")
+		require.Equal(t, int64(42), q.resp.Header.Revision)
+	}
+}
+
+// TestBatchHolds: a failed merged Txn's Else reads decide every member's
+// compares as etcd would (absent keys have revision and version 0).
+func TestBatchHolds(t *testing.T) {
+	kvs := map[string]*mvccpb.KeyValue{
+		"row":  {Key: []byte("row"), ModRevision: 7, CreateRevision: 3, Version: 2},
+		"live": {Key: []byte("live"), ModRevision: 5, CreateRevision: 5, Version: 1},
+	}
+	keys := []string{"row", "live", "gone"}
+	resp := &clientv3.TxnResponse{}
+	compared := map[string]int{}
+	for i, k := range keys {
+		compared[k] = i
+		rr := &etcdserverpb.RangeResponse{}
+		if kv := kvs[k]; kv != nil {
+			rr.Kvs = []*mvccpb.KeyValue{kv}
+		}
+		resp.Responses = append(resp.Responses, &etcdserverpb.ResponseOp{Response: &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: rr}})
+	}
+	for _, tc := range []struct {
+		name string
+		cmp  clientv3.Cmp
+		want bool
+	}{
+		{"mod equal", clientv3.Compare(clientv3.ModRevision("row"), "=", 7), true},
+		{"mod stale", clientv3.Compare(clientv3.ModRevision("row"), "=", 6), false},
+		{"absent is mod 0", clientv3.Compare(clientv3.ModRevision("gone"), "=", 0), true},
+		{"present is not mod 0", clientv3.Compare(clientv3.ModRevision("row"), "=", 0), false},
+		{"live", clientv3.Compare(clientv3.CreateRevision("live"), ">", 0), true},
+		{"not live", clientv3.Compare(clientv3.CreateRevision("gone"), ">", 0), false},
+		{"version less", clientv3.Compare(clientv3.Version("row"), "<", 3), true},
+		{"version not equal", clientv3.Compare(clientv3.Version("row"), "!=", 2), false},
+		{"value undecidable", clientv3.Compare(clientv3.Value("row"), "=", "x"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := &txn{}
+			tx.cmp(tc.cmp)
+			require.Equal(t, tc.want, holds(&queuedTxn{t: tx}, resp, compared))
+		})
+	}
+}
+
+// TestBatchCmpID: equal compares share an ID, any difference separates them.
+func TestBatchCmpID(t *testing.T) {
+	id := func(c clientv3.Cmp) string { return cmpID(&c) }
+	live := clientv3.Compare(clientv3.CreateRevision("live"), ">", 0)
+	require.Equal(t, id(live), id(clientv3.Compare(clientv3.CreateRevision("live"), ">", 0)))
+	for _, other := range []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision("live2"), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision("live"), "=", 0),
+		clientv3.Compare(clientv3.ModRevision("live"), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision("live"), ">", 1),
+		clientv3.Compare(clientv3.CreateRevision("live"), ">", 0).WithRange("livf"),
+	} {
+		require.NotEqual(t, id(live), id(other))
+	}
 }

@@ -27,6 +27,7 @@ type gate struct {
 	mu       sync.Mutex
 	held     chan struct{} // non-nil: commits wait for it to close
 	fail     error
+	failLate error // returned after the Txn applied
 	lastOps  int
 	lastCmps int
 }
@@ -79,16 +80,21 @@ func (t *gateTxn) Commit() (*clientv3.TxnResponse, error) {
 		<-held
 	}
 	t.g.mu.Lock()
-	var fail error
+	var fail, late error
 	if t.then > 1 {
 		t.g.lastOps, t.g.lastCmps = t.then, t.cmps
 		fail, t.g.fail = t.g.fail, nil
+		late, t.g.failLate = t.g.failLate, nil
 	}
 	t.g.mu.Unlock()
 	if fail != nil {
 		return nil, fail
 	}
-	return t.Txn.Commit()
+	resp, err := t.Txn.Commit()
+	if late != nil {
+		return nil, late
+	}
+	return resp, err
 }
 
 // batchFixture is a store with one Txn slot behind a gate, and n active
@@ -286,4 +292,40 @@ func TestBatchCancelledWhileQueued(t *testing.T) {
 	require.False(t, errors.Is(outs[1].err, authority.ErrOutcomeUnknown))
 	require.Equal(t, b.rows[1].StoreVersion, b.fx.MustRow(b.keys[1]).StoreVersion)
 	require.Equal(t, authority.KindStored, outs[2].res.Kind)
+}
+
+// TestBatchErrorAfterApply: a merged Txn that applied but whose reply is an
+// error that does not prove the contrary (here a stopping leader's) leaves
+// every member's outcome unknown; none is re-sent (it would then conflict
+// with its own write and report a definite, wrong answer).
+func TestBatchErrorAfterApply(t *testing.T) {
+	b := newBatchFixture(t, 4)
+	ctxs, keys, vs := b.rest()
+	b.g.mu.Lock()
+	b.g.failLate = rpctypes.ErrStopped
+	b.g.mu.Unlock()
+	before := b.g.txns.Load()
+	outs := b.queue(t, ctxs, keys, vs)()
+	require.Equal(t, before+2, b.g.txns.Load(), "held, the merged Txn, nothing sent again")
+	for i, o := range outs[1:] {
+		require.ErrorIs(t, o.err, authority.ErrOutcomeUnknown)
+		require.Equal(t, []byte(fmt.Sprintf("v%d", i+1)), b.fx.MustRow(b.keys[i+1]).Payload, "it did apply")
+	}
+}
+
+// TestBatchCloseFailsQueuedWrites: closing the store fails the writes still
+// queued with ErrClosed, unsent.
+func TestBatchCloseFailsQueuedWrites(t *testing.T) {
+	b := newBatchFixture(t, 4)
+	ctxs, keys, vs := b.rest()
+	other := newStore(t, nil, etcdstore.Config{Clock: b.clock, Namespace: b.s.Namespace(), SkipVersionCheck: true})
+	finish := b.queue(t, ctxs, keys, vs)
+	require.NoError(t, b.s.Close())
+	outs := finish()
+	for i, o := range outs[1:] {
+		require.ErrorIs(t, o.err, authority.ErrClosed)
+		cur, err := other.ReadAuthority(context.Background(), b.keys[i+1])
+		require.NoError(t, err)
+		require.Equal(t, b.rows[i+1].StoreVersion, cur.Snapshot.StoreVersion, "not sent")
+	}
 }

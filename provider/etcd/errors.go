@@ -53,8 +53,14 @@ func mapError(err error, write bool) error {
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty),
 		errors.Is(err, rpctypes.ErrAuthOldRevision), errors.Is(err, rpctypes.ErrUserNotFound):
 		return authority.Wrap(authority.ErrAccessDenied, "etcd refused the credentials", err)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// refused before anything was applied
+		return authority.Wrap(authority.ErrUnavailable, "etcd no longer knows a lease of the request", err)
+	case errors.Is(err, rpctypes.ErrStopped):
+		// a leader stopping gracefully may have replicated the write
+		return unknownOr("was cut short by a stopping member")
 	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrNotCapable),
-		errors.Is(err, rpctypes.ErrStopped), errors.Is(err, rpctypes.ErrUnhealthy),
+		errors.Is(err, rpctypes.ErrUnhealthy),
 		errors.Is(err, rpctypes.ErrTooManyRequests), errors.Is(err, rpctypes.ErrNoSpace),
 		errors.Is(err, rpctypes.ErrNotLeader):
 		return authority.Wrap(authority.ErrUnavailable, "etcd is unavailable", err)
@@ -82,6 +88,9 @@ func mapError(err error, write bool) error {
 		case codes.DeadlineExceeded, codes.Canceled:
 			return unknownOr("did not complete")
 		}
+	}
+	if write { // nothing says it was not applied
+		return unknownOr("failed")
 	}
 	return fmt.Errorf("etcd: %w", err)
 }

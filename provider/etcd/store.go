@@ -77,10 +77,12 @@ type Config struct {
 	// abort is answered already*.
 	ReservationRetention time.Duration
 
-	// MaxConcurrentTxns is how many write Txns the store keeps in flight at
-	// once (default DefaultMaxConcurrentTxns; negative: no limit and no
-	// batching). Writes that find them all busy are sent together as one
-	// Txn when the next one ends, each keeping its own outcome (batch.go).
+	// MaxConcurrentTxns is how many batchable write Txns the store keeps in
+	// flight at once (default DefaultMaxConcurrentTxns; negative: no limit
+	// and no batching). Writes that find them all busy are sent together as
+	// one Txn when the next one ends, each keeping its own outcome
+	// (batch.go). Writes that cannot be batched (a reservation under a
+	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
 	// SkipVersionCheck skips the server version check of New.
@@ -301,6 +303,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.batch.close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}
