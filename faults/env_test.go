@@ -96,15 +96,18 @@ func transient(err error) bool {
 }
 
 // notApplied reports whether a write that failed with err certainly did not
-// take effect. ErrUnavailable alone is not enough: the provider also maps a
-// gRPC Unavailable that broke a connection after the request was sent (for
-// example, "error reading from server: EOF" when the member crashed) to it.
-// Only refusals made before the request is processed count: bad input,
-// limits, a closed store, credentials, and the server's "no leader",
-// "too many requests" and "not capable" refusals.
+// take effect: the provider reports a write it may have applied as
+// ErrOutcomeUnknown and keeps ErrUnavailable for refusals made before the
+// request was processed (no leader, too many requests, a failed dial, a lost
+// lease, a write not sent because its caller gave up while it was queued).
+// Counting those as not applied makes the linearizability check verify that
+// claim. Bad input, limits, a closed store and credentials are refusals too.
 func notApplied(err error) bool {
+	if errors.Is(err, authority.ErrOutcomeUnknown) {
+		return false
+	}
 	for _, sentinel := range []error{
-		authority.ErrInvalidArgument, authority.ErrLimitExceeded, authority.ErrClosed, authority.ErrAccessDenied,
+		authority.ErrUnavailable, authority.ErrInvalidArgument, authority.ErrLimitExceeded, authority.ErrClosed, authority.ErrAccessDenied,
 		rpctypes.ErrNoLeader, rpctypes.ErrGRPCNoLeader, rpctypes.ErrTooManyRequests, rpctypes.ErrGRPCRequestTooManyRequests,
 		rpctypes.ErrNotCapable, rpctypes.ErrGRPCNotCapable,
 	} {
