@@ -329,3 +329,55 @@ func TestBatchCloseFailsQueuedWrites(t *testing.T) {
 		require.Equal(t, b.rows[i+1].StoreVersion, cur.Snapshot.StoreVersion, "not sent")
 	}
 }
+
+// TestBatchLostLeaseRetriedAlone: the shared lease of the reservation
+// terminals is gone (revoked behind the store's back) while commits queue;
+// the merged Txn is refused as a whole, each commit is sent alone, finds its
+// lease gone, takes a new one and commits.
+func TestBatchLostLeaseRetriedAlone(t *testing.T) {
+	b := newBatchFixture(t, 1) // row 0 holds the slot; its commit granted the bucket's lease
+	ctx := context.Background()
+	rs := make([]conformance.Reservation, 4)
+	for i := range rs {
+		rs[i] = b.fx.Reserve(authority.ObjectUserSpot, fmt.Sprintf("lease-%d", i), conformance.TargetA)
+	}
+	// the lease the warm-up commit's reservation terminal sits on
+	terms, err := shared.Get(ctx, b.s.Namespace()+"reservations/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.NotEmpty(t, terms.Kvs)
+	lease := clientv3.LeaseID(terms.Kvs[0].Lease)
+	require.NotZero(t, lease)
+
+	release := b.g.hold()
+	before := b.g.txns.Load()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = b.s.CompareExchangeAuthority(ctx, b.keys[0], b.rows[0].StoreVersion, authority.Put([]byte("v0")))
+	}()
+	require.Eventually(t, func() bool { return b.g.txns.Load() == before+1 }, 5*time.Second, time.Millisecond)
+	outs := make([]error, len(rs))
+	for i := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := b.s.Commit(ctx, rs[i].CommitRequest([]byte("ready")))
+			if err == nil && res.Kind != authority.KindCommitted {
+				err = fmt.Errorf("commit %d: %s", i, res.Kind)
+			}
+			outs[i] = err
+		}()
+	}
+	require.Eventually(t, func() bool { return etcdstore.QueuedWrites(b.s) == len(rs) }, 5*time.Second, time.Millisecond)
+	_, err = shared.Revoke(ctx, lease)
+	require.NoError(t, err)
+	release()
+	wg.Wait()
+	require.NoError(t, errors.Join(outs...))
+	require.Equal(t, int64(1), b.s.WriteStats().Fallbacks, "the merged commits were refused once")
+	for i := range rs {
+		row := b.fx.MustRow(rs[i].Key)
+		require.Equal(t, authority.AllocationActive, row.Allocation.State)
+	}
+}
