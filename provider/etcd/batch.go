@@ -19,12 +19,12 @@ import (
 // At most Config.MaxConcurrentTxns batchable write Txns of a store are in
 // flight at a time (a write that cannot join a batch, or a member sent alone
 // after its batch failed, does not wait for a slot). A write that finds a
-// free slot is sent alone, exactly as built (its
-// own Else reads, its own context): one client, or a lightly loaded store,
-// sees no difference. A write that finds every slot busy queues; when a slot
-// frees, the queued writes are sent together as one Txn whose If is every
-// member's compares and whose Then is every member's ops. Each member keeps
-// its own exact outcome:
+// free slot is sent alone, exactly as built (its own Else reads, its own
+// context): one client, or a lightly loaded store, sees no difference. A
+// write that finds every slot busy queues; when a slot frees, the queued
+// writes are sent together as one Txn whose If is every member's compares
+// and whose Then is every member's ops. Each member keeps its own exact
+// outcome:
 //
 //   - the merged Txn succeeded: every member's compares held, each member's
 //     ops applied at the Txn's revision, and each gets the Then responses of
