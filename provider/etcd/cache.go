@@ -68,10 +68,11 @@ func (c *rowCache) put(key string, r *row) {
 	c.c.put(cacheKey{key, r.modRev}, r, false)
 }
 
-// knownAggregate is the last state of an aggregate record this store wrote:
-// the record and its ModRevision. A prepared one may be stale (another
-// store may have committed or aborted it), so it is only used under a
-// compare of that ModRevision; committed and aborted records never change.
+// knownAggregate is the last state of an aggregate record this store wrote
+// or read: the record and its ModRevision. A prepared one may be stale
+// (another store may have committed or aborted it), so it is only used under
+// a compare of that ModRevision; committed and aborted records never change
+// until they expire (loadAggregate checks the expiry on every use).
 type knownAggregate struct {
 	rec *aggregateRecord
 	rev int64
