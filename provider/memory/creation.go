@@ -48,6 +48,57 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	if err != nil {
 		return authority.ReserveResult{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return authority.ReserveResult{}, err
+	}
+	// What the new row and its copy need that does not depend on the
+	// store's state is made before the lock is taken: one allocation for
+	// the row, its shared parts and (when it fits) the payload; one for
+	// the reservation, its ID and (when it fits) the request digest, which
+	// are garbage once the row is committed; one for the copy returned.
+	// When the row is not made they are garbage.
+	b, p := new(rowBlock), new(reservationPart)
+	room := roomFor(true, len(req.CreatingPayload)+len(req.Intent.RequestSHA256))
+	target := req.Target
+	r, m := &b.row, &b.meta
+	m.reservation = p
+	r.key = key
+	r.snap = authority.Snapshot{
+		OwnerID:              target.Owner.OwnerID,
+		OwnerLeaseGeneration: target.Owner.LeaseGeneration,
+	}
+	// The payload's capacity runs to the end of the buffer: a rewrite in
+	// place (commit) can reuse it.
+	if c := req.CreatingPayload; c != nil && len(c) <= len(b.inline) {
+		r.snap.Payload = b.inline[:copy(b.inline[:], c)]
+	} else if c != nil {
+		r.snap.Payload = bytes.Clone(c)
+	}
+	hi := reservationRandom()
+	encodeIDHigh(&p.idText, hi)
+	// The ID's text is complete before the row is stored, and never
+	// written again: a string can share it.
+	reservationID := unsafe.String(&p.idText[0], len(p.idText))
+	p.pending = authority.PendingCreation{
+		ReservationID:           reservationID,
+		RequestContentReference: req.Intent.RequestContentReference,
+		RequestEncodedSize:      req.Intent.RequestEncodedSize,
+	}
+	if d := req.Intent.RequestSHA256; len(d) <= len(p.digest) {
+		p.pending.RequestSHA256 = p.digest[:copy(p.digest[:], d):len(d)]
+	} else {
+		p.pending.RequestSHA256 = bytes.Clone(d)
+	}
+	r.snap.PendingCreation = &p.pending
+	alloc := authority.PlacementAllocation{
+		State:                         authority.AllocationReserved,
+		ObjectKind:                    req.Key.Kind,
+		StableType:                    req.Intent.StableType,
+		Descriptor:                    target.Descriptor(),
+		DescriptorLifecycleGeneration: target.NodeLifecycleGeneration,
+		Capacity:                      req.Capacity,
+	}
+
 	now, err := s.beginWrite(ctx)
 	if err != nil {
 		return authority.ReserveResult{}, err
@@ -67,17 +118,8 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 			return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
 		}
 	}
-	target := req.Target
 	if !s.isCreationTargetLive(target) {
 		return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
-	}
-	alloc := authority.PlacementAllocation{
-		State:                         authority.AllocationReserved,
-		ObjectKind:                    req.Key.Kind,
-		StableType:                    req.Intent.StableType,
-		Descriptor:                    target.Descriptor(),
-		DescriptorLifecycleGeneration: target.NodeLifecycleGeneration,
-		Capacity:                      req.Capacity,
 	}
 	if !s.hasPendingCapacity(&alloc) {
 		return authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}, nil
@@ -90,48 +132,16 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	s.storeVersion++
 	s.objectGeneration++
 	s.ownerGeneration++
-	// One allocation holds the row, its shared parts and (when it fits)
-	// the payload; another the reservation, its ID and (when it fits) the
-	// request digest, which are garbage once the row is committed.
-	b, p := new(rowBlock), new(reservationPart)
-	seq, id := s.newReservation()
-	encodeUUID(&p.idText, id)
-	// The ID's text is written once, above, and never again: a string can
-	// share it.
-	reservationID := unsafe.String(&p.idText[0], len(p.idText))
-	r, m := &b.row, &b.meta
-	m.reservation = p
-	r.key = key
+	seq, lo := s.reservations.open(hi)
+	encodeIDLow(&p.idText, lo)
 	r.version = s.storeVersion
-	r.snap = authority.Snapshot{
-		ObjectGeneration:         s.objectGeneration,
-		AuthorityOwnerGeneration: s.ownerGeneration,
-		OwnerID:                  target.Owner.OwnerID,
-		OwnerLeaseGeneration:     target.Owner.LeaseGeneration,
-	}
+	r.snap.ObjectGeneration = s.objectGeneration
+	r.snap.AuthorityOwnerGeneration = s.ownerGeneration
 	p.creation = creation{seq: seq, reservationID: reservationID, target: target}
 	s.initAllocation(r, m, alloc)
-	p.pending = authority.PendingCreation{
-		ReservationID:           reservationID,
-		RequestContentReference: req.Intent.RequestContentReference,
-		RequestEncodedSize:      req.Intent.RequestEncodedSize,
-	}
-	if d := req.Intent.RequestSHA256; len(d) <= len(p.digest) {
-		p.pending.RequestSHA256 = p.digest[:copy(p.digest[:], d):len(d)]
-	} else {
-		p.pending.RequestSHA256 = bytes.Clone(d)
-	}
-	// The payload's capacity runs to the end of the buffer: a rewrite in
-	// place (commit) can reuse it.
-	if c := req.CreatingPayload; c != nil && len(c) <= len(b.inline) {
-		r.snap.Payload = b.inline[:copy(b.inline[:], c)]
-	} else if c != nil {
-		r.snap.Payload = bytes.Clone(c)
-	}
-	r.snap.PendingCreation = &p.pending
 	s.putRow(r)
 	s.adjust(countPending, m.entries(), 1)
-	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshot(now)}, nil
+	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshotIn(room, now)}, nil
 }
 
 // reservedRow is the check commit, completeCreation and abort share: the
@@ -176,6 +186,11 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	if err != nil {
 		return authority.CommitResult{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return authority.CommitResult{}, err
+	}
+	// The copy returned is allocated before the lock is taken (Reserve).
+	room := roomFor(false, len(req.ReadyPayload))
 	now, err := s.beginWrite(ctx)
 	if err != nil {
 		return authority.CommitResult{}, err
@@ -197,7 +212,7 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	}
 	s.endReservation(r, reservationCommitted, now)
 	ready := s.activate(r, v, req.ReadyPayload)
-	return authority.CommitResult{Kind: authority.KindCommitted, Ready: ready.snapshot(now)}, nil
+	return authority.CommitResult{Kind: authority.KindCommitted, Ready: ready.snapshotIn(room, now)}, nil
 }
 
 // CompleteCreation finishes a reserved Actor (the seed's completeCreation).

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -9,7 +10,7 @@ import (
 
 // Reservations are numbered in the order they are made. A reservation ID is
 // a version 4 UUID that carries its number: its first eight bytes (with the
-// version nibble) are random (the store's ChaCha8 generator), the other
+// version nibble) are random (reservationRandom), the other
 // eight hold the variant bits and the number masked by a keyed mix of the
 // random half. The ID's text is random-looking, unique (the numbers are) and
 // decodes back to its number without a map: the reservation's slot in
@@ -70,22 +71,34 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// open numbers a new reservation, gives it an ID whose random half is
-// random and returns both.
-func (t *reservationTable) open(random uint64) (seq uint64, id uuid.UUID) {
+// reservationRandom draws the random half of a new reservation's ID, with
+// the version bits set (version 4: the high nibble of byte 6). It takes no
+// lock: math/rand/v2's top-level generator is the runtime's per-thread
+// ChaCha8, seeded from the system's randomness.
+func reservationRandom() uint64 {
+	return rand.Uint64()&^(0xf<<12) | 0x4<<12
+}
+
+// open numbers a new reservation whose ID's random half is hi (from
+// reservationRandom) and returns its number and the ID's other half.
+func (t *reservationTable) open(hi uint64) (seq, lo uint64) {
 	seq = t.next
 	t.next++
 	if seq&(reservationChunkLen-1) == 0 || len(t.chunks) == 0 {
 		t.chunks = append(t.chunks, new(reservationChunk))
 	}
-	hi := random&^(0xf<<12) | 0x4<<12 // version 4: the high nibble of byte 6
-	lo := (seq^mix(hi^t.key))&seqMask | 1<<63
-	binary.BigEndian.PutUint64(id[:8], hi)
-	binary.BigEndian.PutUint64(id[8:], lo) // RFC 4122 variant: 0b10
+	lo = (seq^mix(hi^t.key))&seqMask | 1<<63 // RFC 4122 variant: 0b10
 	c := t.chunks[len(t.chunks)-1]
 	c.slots[seq&(reservationChunkLen-1)] = reservationSlot{random: hi, state: reservationOpen}
 	c.refs++
-	return seq, id
+	return seq, lo
+}
+
+// reservationUUID returns the ID whose halves are hi and lo.
+func reservationUUID(hi, lo uint64) (id uuid.UUID) {
+	binary.BigEndian.PutUint64(id[:8], hi)
+	binary.BigEndian.PutUint64(id[8:], lo)
+	return id
 }
 
 // decode returns the number of the reservation id names, if id is one this

@@ -221,17 +221,47 @@ func (r *row) exportInto(x *authority.Snapshot, st *authority.SpotTypeCapacity, 
 	}
 }
 
+// maxVersionDigits is the length of the longest store version's text
+// (authority.MaxGeneration).
+const maxVersionDigits = 19
+
+// exportRoom is the memory of a snapshot copy, allocated before the store's
+// lock is taken, so that the allocation (and the collector's work it may
+// bring) stays out of the critical section. At most one field is set.
+type exportRoom struct {
+	active  *exportedActive
+	pending *exportedPending
+}
+
+// roomFor returns room for the copy of a row with (pending) or without a
+// pending creation whose payload and digest take n bytes. The room is empty
+// when they may not fit inline.
+func roomFor(pending bool, n int) exportRoom {
+	switch size := maxVersionDigits + n; {
+	case !pending && size <= activeInlineBytes:
+		return exportRoom{active: new(exportedActive)}
+	case size <= pendingInlineBytes:
+		return exportRoom{pending: new(exportedPending)}
+	}
+	return exportRoom{}
+}
+
 // snapshot returns a caller-owned copy of the row's snapshot, in one
 // allocation when its bytes are small.
 func (r *row) snapshot(now time.Time) *authority.Snapshot {
+	return r.snapshotIn(roomFor(r.snap.PendingCreation != nil, r.exportSize()-maxVersionDigits), now)
+}
+
+// snapshotIn is snapshot written into room when the copy fits it.
+func (r *row) snapshotIn(room exportRoom, now time.Time) *authority.Snapshot {
 	size := r.exportSize()
 	switch {
-	case r.snap.PendingCreation == nil && size <= activeInlineBytes:
-		x := new(exportedActive)
+	case room.active != nil && r.snap.PendingCreation == nil && size <= activeInlineBytes:
+		x := room.active
 		r.exportInto(&x.snap, &x.spotType, nil, x.text[:size:size], now)
 		return &x.snap
-	case size <= pendingInlineBytes:
-		x := new(exportedPending)
+	case room.pending != nil && size <= pendingInlineBytes:
+		x := room.pending
 		r.exportInto(&x.snap, &x.spotType, &x.pending, x.text[:size:size], now)
 		return &x.snap
 	}

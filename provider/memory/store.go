@@ -3,8 +3,8 @@ package memory
 import (
 	"context"
 	crand "crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -97,7 +97,6 @@ type Store struct {
 	terminalSweep    terminalHeap
 
 	watches map[authority.Key]*watch
-	ids     *rand.ChaCha8
 	// epoch is the clock's reading at New; reservation deadlines are kept
 	// as offsets from it.
 	epoch time.Time
@@ -140,13 +139,12 @@ func New(opts Options) *Store {
 	if s.maxPins <= 0 {
 		s.maxPins = DefaultMaxPinnedScans
 	}
-	var seed [40]byte
+	var seed [16]byte
 	if _, err := crand.Read(seed[:]); err != nil {
 		panic("memory: no randomness: " + err.Error())
 	}
-	s.ids = rand.NewChaCha8([32]byte(seed[:32]))
-	s.reservations.key = s.ids.Uint64()
-	s.scope = "memory/" + hex.EncodeToString(seed[32:])
+	s.reservations.key = binary.LittleEndian.Uint64(seed[:8])
+	s.scope = "memory/" + hex.EncodeToString(seed[8:])
 	return s
 }
 
@@ -274,12 +272,12 @@ func (s *Store) isCreationTargetLive(t authority.CreationTarget) bool {
 	return s.liveness.IsTargetLive(t.Descriptor(), t.NodeLifecycleGeneration, t.Owner)
 }
 
-// newReservation opens a reservation: its number and its ID, a version 4
-// UUID like the seed's randomUUID whose random half is drawn from the
-// store's ChaCha8 generator (seeded from crypto/rand), so that the hot path
-// does not read the system's randomness (reservations.go).
+// newReservation opens a reservation and returns its number and its ID, a
+// version 4 UUID like the seed's randomUUID (reservations.go).
 func (s *Store) newReservation() (seq uint64, id uuid.UUID) {
-	return s.reservations.open(s.ids.Uint64())
+	hi := reservationRandom()
+	seq, lo := s.reservations.open(hi)
+	return seq, reservationUUID(hi, lo)
 }
 
 // uuidTextLen is the length of a UUID's canonical text.
@@ -287,15 +285,31 @@ const uuidTextLen = 36
 
 // encodeUUID writes id's canonical text (uuid.UUID.String) into dst.
 func encodeUUID(dst *[uuidTextLen]byte, id uuid.UUID) {
-	hex.Encode(dst[0:8], id[0:4])
+	encodeIDHigh(dst, binary.BigEndian.Uint64(id[:8]))
+	encodeIDLow(dst, binary.BigEndian.Uint64(id[8:]))
+}
+
+// encodeIDHigh writes the text of an ID's first half, hi, into dst: its
+// first 19 characters, the hyphen after them included.
+func encodeIDHigh(dst *[uuidTextLen]byte, hi uint64) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], hi)
+	hex.Encode(dst[0:8], b[0:4])
 	dst[8] = '-'
-	hex.Encode(dst[9:13], id[4:6])
+	hex.Encode(dst[9:13], b[4:6])
 	dst[13] = '-'
-	hex.Encode(dst[14:18], id[6:8])
+	hex.Encode(dst[14:18], b[6:8])
 	dst[18] = '-'
-	hex.Encode(dst[19:23], id[8:10])
+}
+
+// encodeIDLow writes the text of an ID's second half, lo, into dst: its
+// last 17 characters.
+func encodeIDLow(dst *[uuidTextLen]byte, lo uint64) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], lo)
+	hex.Encode(dst[19:23], b[0:2])
 	dst[23] = '-'
-	hex.Encode(dst[24:], id[10:])
+	hex.Encode(dst[24:], b[2:])
 }
 
 // parseReservationID decodes text in the canonical form encodeUUID writes
