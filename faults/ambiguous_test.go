@@ -150,8 +150,11 @@ func TestAmbiguousRepliesRetryIdempotently(t *testing.T) {
 			}
 			done := 1
 			ambiguous, already, redone, duplicates := 0, 0, 0, 0
-			for trial := 0; trial < ambiguousTrials; {
-				id := fmt.Sprintf("%s-%d", op.name, trial)
+			// every attempt takes a fresh key: a redone attempt leaves its
+			// row committed or completed, so reserving its key again would
+			// find it there (alreadyExists)
+			for trial, attempt := 0, 0; trial < ambiguousTrials; attempt++ {
+				id := fmt.Sprintf("%s-%d", op.name, attempt)
 				r := mustReserve(t, amb, reserveRequest(op.kind, id, tgt, id+"-creating"))
 				n++
 				key, _ := r.req.Key.Encode()
@@ -190,7 +193,7 @@ func TestAmbiguousRepliesRetryIdempotently(t *testing.T) {
 				werr := obs.WaitForChange(wctx, key, r.row.StoreVersion)
 				wcancel()
 				if werr != nil {
-					t.Fatalf("%s %d: the lost-reply request never applied: %v", op.name, trial, werr)
+					t.Fatalf("%s: the lost-reply request never applied: %v", id, werr)
 				}
 				if op.name != "abort" {
 					done++
@@ -200,7 +203,7 @@ func TestAmbiguousRepliesRetryIdempotently(t *testing.T) {
 						kind, err := op.send(ctx, amb, r, n)
 						if err == nil {
 							if kind != op.retried {
-								t.Errorf("%s %d retried: %s, want %s", op.name, trial, kind, op.retried)
+								t.Errorf("%s retried: %s, want %s", id, kind, op.retried)
 							} else {
 								already++
 							}
