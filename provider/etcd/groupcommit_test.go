@@ -2,10 +2,12 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
@@ -195,7 +197,9 @@ func TestGroupCommitSmallTxnLimit(t *testing.T) {
 }
 
 // TestGroupCommitCancelled: a reservation whose context is cancelled while
-// others are queued returns the context's error; the others complete.
+// others are queued returns the context's error (bare when it was done
+// before the call, wrapped in ErrUnavailable when it was not sent, in
+// ErrOutcomeUnknown when a batch had taken it); the others complete.
 func TestGroupCommitCancelled(t *testing.T) {
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, nil, etcdstore.Config{Clock: clock})
@@ -238,6 +242,12 @@ func TestGroupCommitCancelled(t *testing.T) {
 		}
 		if errs[i] != nil {
 			require.ErrorIs(t, errs[i], context.Canceled)
+			// done before the call (the bare ctx.Err()), given up while
+			// queued (not sent: ErrUnavailable) or while a batch had it
+			// (ErrOutcomeUnknown)
+			if errs[i] != context.Canceled && !errors.Is(errs[i], authority.ErrOutcomeUnknown) {
+				require.ErrorIs(t, errs[i], authority.ErrUnavailable)
+			}
 			continue
 		}
 		require.Equal(t, authority.KindReserved, outs[i].Kind)
@@ -248,4 +258,48 @@ func TestGroupCommitCancelled(t *testing.T) {
 	require.GreaterOrEqual(t, len(rows), n)
 	usage := fx.ActorUsage(conformance.NodeA)
 	require.Equal(t, int64(len(rows)), usage.Reserved)
+}
+
+// TestGroupCommitQueuedCancelNotSent: a reservation given up while it waits
+// behind its node's running batch was never sent: its error wraps both
+// ErrUnavailable (safe to retry) and the context's error, and it wrote
+// nothing.
+func TestGroupCommitQueuedCancelNotSent(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(_ authority.NodeDescriptor, requested, reserved, active authority.CapacityVector) bool {
+		if calls.Add(1) == 1 { // the first batch holds its node
+			close(entered)
+			<-release
+		}
+		return true
+	}))
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Reserve(context.Background(), fx.ReserveRequest(authority.ObjectActor, "first", conformance.TargetA))
+		first <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	queued := make(chan error, 1)
+	go func() {
+		_, err := s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "queued", conformance.TargetA))
+		queued <- err
+	}()
+	// the second request waits behind the first batch (it cannot be taken
+	// while the leader holds the node); cancel it there
+	require.Eventually(t, func() bool {
+		return etcdstore.QueuedReservations(s, conformance.NodeA, conformance.TargetA.NodeLifecycleGeneration) == 1
+	}, 10*time.Second, time.Millisecond)
+	cancel()
+	err := <-queued
+	close(release)
+	require.NoError(t, <-first)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, authority.ErrUnavailable)
+	fx.RequireMissing(fx.Key(authority.ObjectActor, "queued"))
+	require.Equal(t, int64(1), fx.ActorUsage(conformance.NodeA).Reserved)
 }

@@ -60,13 +60,8 @@ func (b *leaseBuckets) lease(ctx context.Context, remaining time.Duration) (clie
 	// context no single caller's cancellation ends, bounded by the request
 	// timeout (or the dial timeout when there is none).
 	grant := b.granting.DoChan(strconv.FormatInt(bucket, 10), func() (any, error) {
-		gctx, cancel := b.s.requestContext(context.WithoutCancel(ctx))
+		gctx, cancel := b.s.detachedContext(ctx)
 		defer cancel()
-		if _, has := gctx.Deadline(); !has {
-			var cancelDial context.CancelFunc
-			gctx, cancelDial = context.WithTimeout(gctx, b.s.dialTimeout)
-			defer cancelDial()
-		}
 		resp, err := b.s.client.Grant(gctx, ttl)
 		if err != nil {
 			return clientv3.LeaseID(0), mapError(err, false)

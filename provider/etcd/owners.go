@@ -39,7 +39,7 @@ func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lif
 	}
 	key := s.keys.liveness(node, lifecycle, owner)
 	if err := s.putLiveness(rctx, key, node, lifecycle, owner, lease.ID); err != nil {
-		_, _ = s.client.Revoke(context.WithoutCancel(ctx), lease.ID)
+		s.revokeDetached(ctx, lease.ID)
 		return err
 	}
 	s.mu.Lock()

@@ -51,7 +51,7 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 	if err != nil {
 		return nil, mapError(err, false)
 	}
-	revoke := func() { _, _ = s.client.Revoke(context.WithoutCancel(ctx), grant.ID) }
+	revoke := func() { s.revokeDetached(ctx, grant.ID) }
 	genKey := s.keys.ownerGen(ownerID)
 	for attempt := 0; ; attempt++ {
 		if attempt == maxAttempts {

@@ -339,6 +339,26 @@ func (s *Store) requestContext(ctx context.Context) (context.Context, context.Ca
 	return context.WithCancel(ctx)
 }
 
+// detachedContext is requestContext for work that must finish even when the
+// caller's ctx ends (a Grant shared by several callers, revoking a lease the
+// caller no longer needs): it keeps ctx's values, not its cancellation, and
+// is bounded by the request timeout or, when there is none, the dial
+// timeout, so a partition cannot hang it.
+func (s *Store) detachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout > 0 {
+		return context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), s.dialTimeout)
+}
+
+// revokeDetached revokes a lease the failed request granted, on a
+// detachedContext; a revoke that fails leaves the lease to expire.
+func (s *Store) revokeDetached(ctx context.Context, id clientv3.LeaseID) {
+	rctx, cancel := s.detachedContext(ctx)
+	defer cancel()
+	_, _ = s.client.Revoke(rctx, id)
+}
+
 func (s *Store) begin(ctx context.Context) error {
 	if s.closed.Load() {
 		return authority.ErrClosed
