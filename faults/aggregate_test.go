@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ const (
 // commit completes the move exactly once.
 func TestCommitAggregateRacingLeaderKill(t *testing.T) {
 	c, cli := startCluster(t, etcdcluster.Options{})
+	// the kill and restart goroutines end before the cluster closes (a
+	// cleanup registered later runs first), even when a trial fails
+	var bg sync.WaitGroup
+	t.Cleanup(bg.Wait)
 	const ns = "/faults/aggregate/"
 	st := newStore(t, cli, ns)
 	owners := []authority.CreationTarget{
@@ -94,13 +99,13 @@ func TestCommitAggregateRacingLeaderKill(t *testing.T) {
 				t.Fatal(err)
 			}
 			delay := time.Duration(rng.IntN(4000)) * time.Microsecond
-			go func() {
+			bg.Go(func() {
 				time.Sleep(delay)
 				if err := c.Kill(leader); err != nil {
 					t.Errorf("kill leader %d: %v", leader, err)
 				}
 				killed <- leader
-			}()
+			})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*opTimeout)
 		res, err := st.CommitAggregate(ctx, req.Fence())
@@ -117,7 +122,7 @@ func TestCommitAggregateRacingLeaderKill(t *testing.T) {
 			victim := <-killed
 			kills++
 			restarting = make(chan error, 1)
-			go func() { restarting <- c.Restart(victim) }()
+			bg.Go(func() { restarting <- c.Restart(victim) })
 		}
 
 		// atomicity: one snapshot of every participant right after the commit

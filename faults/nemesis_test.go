@@ -47,6 +47,9 @@ func (n *nemesis) killLeader(ctx context.Context, down time.Duration) error {
 	defer cancel()
 	leader, err := n.c.Leader(lctx)
 	if err != nil {
+		if ctx.Err() != nil { // the run ended during the lookup: nothing injected
+			return nil
+		}
 		return err
 	}
 	if err := n.c.Kill(leader); err != nil {

@@ -201,7 +201,9 @@ func TestZombieOwnerCannotWrite(t *testing.T) {
 		var lease *etcdstore.OwnerLease
 		eventually(t, "acquire", func(ctx context.Context) error {
 			var err error
-			lease, err = zst.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "zombie-p", 2*time.Second)
+			// long enough to outlive a stalled keep-alive while the rows are
+			// placed; it expires once the partition cuts the keep-alives
+			lease, err = zst.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "zombie-p", 6*time.Second)
 			return err
 		})
 		t.Cleanup(func() {
