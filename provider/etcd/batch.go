@@ -187,8 +187,13 @@ func (q *queuedTxn) size() int {
 
 // notSent is the outcome of a write whose caller gave up before it was
 // sent: definitely not applied.
-func notSent(cause error) error {
-	return authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its context ended while it waited for a free Txn slot", cause)
+func notSent(cause error) error { return notSentWhile(cause, "a free Txn slot") }
+
+// notSentWhile reports a write whose context ended while it waited for
+// waitingFor, before it was sent: nothing was written, so it wraps
+// ErrUnavailable (safe to retry) and the context's error.
+func notSentWhile(cause error, waitingFor string) error {
+	return authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its context ended while it waited for "+waitingFor, cause)
 }
 
 // refusedWhole reports whether err is etcd refusing a merged Txn before

@@ -113,7 +113,7 @@ func (s *Store) reserveGrouped(ctx context.Context, req authority.ReserveRequest
 		case ctx.Err() != nil && w.state == waiterQueued:
 			q.remove(w)
 			reserveGroups.mu.Unlock()
-			return authority.ReserveResult{}, reserveNotSent(ctx.Err())
+			return authority.ReserveResult{}, notSentWhile(ctx.Err(), "its node's reservation batch")
 		case ctx.Err() != nil: // taken: the batch may still write it
 			reserveGroups.mu.Unlock()
 			return authority.ReserveResult{}, mapError(ctx.Err(), true)
@@ -276,7 +276,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		live := pending[:0]
 		for _, i := range pending {
 			if err := batch[i].ctx.Err(); err != nil {
-				outs[i].err = reserveNotSent(err)
+				outs[i].err = notSentWhile(err, "its node's reservation batch")
 				continue
 			}
 			live = append(live, i)
@@ -423,11 +423,4 @@ func merge(t, one *txn) {
 	}
 	t.then = append(t.then, one.then...)
 	t.bytes += one.bytes
-}
-
-// reserveNotSent reports a reservation whose caller gave up before its
-// node's batch sent it: nothing was written, so it wraps ErrUnavailable (and
-// the context's error).
-func reserveNotSent(cause error) error {
-	return authority.Wrap(authority.ErrUnavailable, "etcd reserve not sent: its context ended while it waited for its node's reservation batch", cause)
 }
