@@ -523,25 +523,34 @@ func freePorts(n int) ([]int, error) {
 			_ = ln.Close()
 		}
 	}()
-	for attempts := 0; len(ports) < n; attempts++ {
-		if attempts > 1000 {
-			return nil, fmt.Errorf("free port: no free port in %d..%d", memberPortLow, memberPortHigh)
+	for len(ports) < n {
+		ln, err := listenFree(seen)
+		if err != nil {
+			return nil, err
 		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		seen[port] = true
+		lns = append(lns, ln)
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+// listenFree listens on a random loopback port from the range freePorts
+// draws from, other than those in seen.
+func listenFree(seen map[int]bool) (net.Listener, error) {
+	for range 1000 {
 		var b [2]byte
 		_, _ = rand.Read(b[:])
 		port := memberPortLow + (int(b[0])<<8|int(b[1]))%(memberPortHigh-memberPortLow)
 		if seen[port] || port == 2379 || port == 2380 {
 			continue
 		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return ln, nil
 		}
-		seen[port] = true
-		lns = append(lns, ln)
-		ports = append(ports, port)
 	}
-	return ports, nil
+	return nil, fmt.Errorf("free port: no free port in %d..%d", memberPortLow, memberPortHigh)
 }
 
 // The range members' ports are drawn from: below Linux's default ephemeral

@@ -58,7 +58,10 @@ type proxy struct {
 
 // newProxy listens on a free loopback port and forwards to target.
 func newProxy(target string) (*proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The port comes from below the ephemeral range, like a member's: the
+	// listener is closed while the proxy drops, and an outgoing connection
+	// could otherwise take the port before the heal listens on it again.
+	ln, err := listenFree(nil)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -79,6 +80,13 @@ func startProxy(t *testing.T, target string) *proxy {
 	p, err := newProxy(target)
 	require.NoError(t, err)
 	t.Cleanup(p.close)
+	// below the ephemeral range: no outgoing connection takes the port
+	// while the proxy drops
+	_, port, err := net.SplitHostPort(p.addr)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	require.True(t, n >= memberPortLow && n < memberPortHigh, "proxy port %d", n)
 	return p
 }
 
