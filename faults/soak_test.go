@@ -26,8 +26,9 @@ import (
 const soakEnv = "AUTHORITY_SOAK"
 
 // soakWriter keeps CAS-writing its own row through faults and counts lost
-// writes: after a failed write it reads the row back, which must hold the
-// last acknowledged write or the one of unknown outcome.
+// writes: the row must always hold the last acknowledged write or one of
+// the writes of unknown outcome sent since (a write held in a partitioned
+// proxy may apply after a later read still showed the acknowledged one).
 type soakWriter struct {
 	key     authority.Key
 	st      *etcdstore.Store
@@ -39,9 +40,29 @@ type soakWriter struct {
 }
 
 func (w *soakWriter) run(ctx context.Context, t *testing.T) {
-	pending := ""
+	// the payloads of unknown outcome sent at w.version; any of them may
+	// still apply until the row moves past that version
+	unknown := map[string]bool{}
+	resync := false
+	// moved takes row as the new last known state; it reports whether the
+	// row holds a write this writer made.
+	moved := func(row *authority.Snapshot) bool {
+		got := string(row.Payload)
+		if got == w.acked {
+			return true
+		}
+		if !unknown[got] {
+			w.lost.Add(1)
+			t.Errorf("soak: %s: acknowledged write %q lost: row holds %q", w.key, w.acked, got)
+			return false
+		}
+		w.writes.Add(1)
+		w.acked, w.version = got, row.StoreVersion
+		clear(unknown) // they all compared an older version
+		return true
+	}
 	for ctx.Err() == nil {
-		if pending != "" { // resynchronise: read until the store answers
+		if resync { // read until the store answers
 			octx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			r, err := w.st.ReadAuthority(octx, w.key)
 			cancel()
@@ -49,22 +70,15 @@ func (w *soakWriter) run(ctx context.Context, t *testing.T) {
 				sleepCtx(ctx, retryPause)
 				continue
 			}
-			got := ""
-			if r.Kind == authority.KindSnapshot {
-				got = string(r.Snapshot.Payload)
-			}
-			switch got {
-			case pending:
-				w.writes.Add(1)
-			case w.acked:
-			default:
-				w.lost.Add(1)
-				t.Errorf("soak: %s: acknowledged write %q lost: row holds %q", w.key, w.acked, got)
-			}
 			if r.Kind != authority.KindSnapshot {
+				w.lost.Add(1)
+				t.Errorf("soak: %s: acknowledged write %q lost: row is %s", w.key, w.acked, r.Kind)
 				return
 			}
-			w.acked, w.version, pending = got, r.Snapshot.StoreVersion, ""
+			if !moved(r.Snapshot) {
+				return
+			}
+			resync = false
 		}
 		w.seq++
 		payload := fmt.Sprintf("%s-soak-%d", w.key, w.seq)
@@ -75,13 +89,16 @@ func (w *soakWriter) run(ctx context.Context, t *testing.T) {
 		case err != nil && notApplied(err):
 			sleepCtx(ctx, retryPause)
 		case err != nil:
-			pending = payload
+			unknown[payload], resync = true, true
 		case res.Kind == authority.KindStored:
 			w.acked, w.version = payload, res.Snapshot.StoreVersion
 			w.writes.Add(1)
+			clear(unknown)
+		case res.Kind == authority.KindConflict && res.Current.Snapshot != nil && unknown[string(res.Current.Snapshot.Payload)]:
+			moved(res.Current.Snapshot) // an earlier write of unknown outcome applied meanwhile
 		default:
 			w.lost.Add(1)
-			t.Errorf("soak: %s: CAS at the last acknowledged version: %s", w.key, res.Kind)
+			t.Errorf("soak: %s: CAS at the last known version: %s (current %+v)", w.key, res.Kind, res.Current.Snapshot)
 			return
 		}
 	}
