@@ -203,11 +203,10 @@ func TestAmbiguousRepliesRetryIdempotently(t *testing.T) {
 				wctx, wcancel := context.WithTimeout(context.Background(), settleTimeout)
 				werr := obs.WaitForChange(wctx, key, r.row.StoreVersion)
 				wcancel()
+				// not seen applied (the wait timed out or, in an election,
+				// failed): redo it; the finish reports alreadyX if it did apply
 				if now := mustRead(t, obs, key).Snapshot; werr != nil || (now != nil && now.StoreVersion == r.row.StoreVersion) {
-					if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
-						t.Fatalf("%s: waiting for the lost-reply request: %v", id, werr)
-					}
-					t.Logf("%s: the lost-reply request was not applied within %v; redone", id, settleTimeout)
+					t.Logf("%s: the lost-reply request was not seen applied (wait: %v); redone", id, werr)
 					redo(r, n, err)
 					continue
 				}
