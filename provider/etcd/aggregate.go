@@ -10,8 +10,9 @@ import (
 
 // aggregateOpsPerParticipant is the most operations one participant adds to
 // the commit Txn (newOwner: row, two capacity entries, two owner index
-// entries); the Txn also writes the record and the aggregate's capacity.
-const aggregateOpsPerParticipant = 5
+// entries, its source node's capacity epoch); the Txn also writes the
+// record, the aggregate's capacity and the target's capacity epoch.
+const aggregateOpsPerParticipant = 6
 
 // PrepareAggregate checks the participants and reserves the target's
 // capacity: a read of the record, the rows, the target's liveness (and the
@@ -33,14 +34,16 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	target := req.TargetAllocation()
 	liveKey := s.keys.liveness(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
 	conflict := authority.PrepareAggregateResult{Kind: authority.KindConflict}
+	fullRange := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		policy := s.capacityPolicy()
 		reads := []clientv3.Op{opGet(aggKey), opGet(liveKey)}
 		for _, p := range req.Participants {
 			reads = append(reads, opGet(s.keys.row(p.AuthorityKey)))
 		}
+		var ur usageRead
 		if policy != nil {
-			reads = append(reads, s.capacityRangeOp(target.Descriptor, target.DescriptorLifecycleGeneration))
+			reads, ur = s.addUsageReads(reads, target.Descriptor, target.DescriptorLifecycleGeneration, fullRange)
 		}
 		resp, err := s.read(ctx, reads...)
 		if err != nil {
@@ -70,14 +73,18 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		t.cmp(modRevIs(aggKey, expiredRev))
 		t.cmp(s.liveCmp(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner))
 		if policy != nil {
-			u, err := s.sumUsage(target.Descriptor, target.DescriptorLifecycleGeneration, rangeKvs(resp, 2+len(req.Participants)))
+			u, _, ok, err := s.usageAt(ctx, resp, ur)
 			if err != nil {
 				return authority.PrepareAggregateResult{}, err
+			}
+			if !ok {
+				fullRange = true // the watched usage is not that of the read
+				continue
 			}
 			if !fits(policy, target, u) {
 				return conflict, nil
 			}
-			t.cmp(s.capacityFence(target.Descriptor, target.DescriptorLifecycleGeneration, resp.Header.Revision))
+			s.fenceCapacity(t, target.Descriptor, target.DescriptorLifecycleGeneration, resp.Header.Revision)
 		}
 		source := authority.CapacityVector{}
 		liveSeen := map[string]bool{}
@@ -111,6 +118,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		reserved := target
 		reserved.State = authority.AllocationReserved
 		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(reserved.State, req.Capacity))
+		s.touchCapacity(t, reserved)
 		tresp, err := s.commit(ctx, t, "the aggregate prepare")
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
@@ -144,7 +152,7 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest) error
 	}
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
-	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+2)
+	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3)
 	prepareOps := 2*n + 3
 	for _, c := range []struct {
 		t   *txn
@@ -336,6 +344,8 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 		if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
 			t.del(oldCap)
 			t.put(newCap, capacityValue(n.alloc.State, n.alloc.Capacity))
+			s.touchCapacity(t, r.alloc)
+			s.touchCapacity(t, n.alloc)
 		}
 		if oldIdx, newIdx := s.keys.ownerRow(r.owner, r.key), s.keys.ownerRow(n.owner, r.key); oldIdx != newIdx {
 			t.del(oldIdx)
@@ -346,6 +356,7 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.del(s.keys.capacityAggregate(reserved, req.Fence()))
+	s.touchCapacity(t, reserved)
 	tresp, err := s.sendFinished(ctx, t, aggKey, done, ttl, "the aggregate commit")
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -394,6 +405,7 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	reserved := rec.Request.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.del(s.keys.capacityAggregate(reserved, fence))
+	s.touchCapacity(t, reserved)
 	resp, err := s.sendFinished(ctx, t, aggKey, aborted, ttl, "the aggregate abort")
 	if err != nil {
 		return authority.AbortAggregateResult{}, err

@@ -42,9 +42,13 @@ import (
 // Members are independent by construction, so the merged Txn means the same
 // as the members applied one after another in any order: a write joins a
 // batch only if it writes no key another member writes or compares and
-// compares no key another member writes. Writes with a range compare (the
-// capacity fence of a reservation under a policy, already group-committed
-// per node) or a read among their ops are always sent alone.
+// compares no key another member writes. The capacity epochs members touch
+// (txn.touch) are put once: a blind put whose only meaning is "a capacity
+// entry of this node changed at this revision", which every member's own
+// put would say too. Writes fenced on a capacity epoch (a reservation or
+// an aggregate prepare under a policy, which may not be merged with a
+// member touching that epoch), with a range compare, or with a read among
+// their ops are always sent alone.
 
 // DefaultMaxConcurrentTxns is the default Config.MaxConcurrentTxns.
 const DefaultMaxConcurrentTxns = 4
@@ -102,6 +106,9 @@ func newWriteBatcher(s *Store, slots int) *writeBatcher {
 // keysOf returns the keys t writes and compares, or ok false when t cannot
 // join a batch (a range compare or write, or a read among its ops).
 func keysOf(t *txn) (writes, compares []string, ok bool) {
+	if t.alone {
+		return nil, nil, false
+	}
 	for _, c := range t.cmps {
 		if len(c.GetCompare().RangeEnd) > 0 {
 			return nil, nil, false
@@ -266,7 +273,7 @@ func (b *writeBatcher) take() []*queuedTxn {
 		rest            = b.queue[:0]
 	)
 	for _, q := range b.queue {
-		fits := len(batch) == 0 || cmps+len(q.t.cmps) <= b.s.maxOps && ops+len(q.t.then) <= b.s.maxOps &&
+		fits := len(batch) == 0 || cmps+len(q.t.cmps) <= b.s.maxOps && ops+len(q.t.then)+len(q.t.touches) <= b.s.maxOps &&
 			size+q.size() <= b.s.maxBytes && independent(q, written, compared)
 		if !fits {
 			rest = append(rest, q)
@@ -278,7 +285,7 @@ func (b *writeBatcher) take() []*queuedTxn {
 		for _, k := range q.compares {
 			compared[k] = true
 		}
-		cmps, ops, size = cmps+len(q.t.cmps), ops+len(q.t.then), size+q.size()
+		cmps, ops, size = cmps+len(q.t.cmps), ops+len(q.t.then)+len(q.t.touches), size+q.size()
 		q.taken = true
 		batch = append(batch, q)
 	}
@@ -354,6 +361,9 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 			}
 		}
 		merged.then = append(merged.then, q.t.then...)
+		for _, k := range q.t.touches {
+			merged.touch(k) // touching an epoch twice is touching it once
+		}
 		for _, k := range q.compares {
 			if _, ok := compared[k]; !ok {
 				compared[k] = len(merged.els)

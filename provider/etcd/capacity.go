@@ -45,12 +45,20 @@ func (s *Store) capacityRangeOp(node authority.NodeDescriptor, lifecycle int64) 
 	return clientv3.OpGet(p, clientv3.WithRange(prefixEnd(p)))
 }
 
-// capacityFence holds only if no capacity entry of the node lifecycle was
-// written after rev. Deletes only lower usage, so an admission decided on
-// the usage at rev stays exact.
-func (s *Store) capacityFence(node authority.NodeDescriptor, lifecycle int64, rev int64) clientv3.Cmp {
-	p := s.keys.capacityNode(node, lifecycle)
-	return clientv3.Compare(clientv3.ModRevision(p), "<", rev+1).WithRange(prefixEnd(p))
+// fenceCapacity adds to t the condition that no capacity entry of the node
+// lifecycle changed after rev: the node's capacity epoch (touched by every
+// such change) is not newer. One key, so etcd checks it in O(1) however many
+// entries the node holds. A Txn so fenced is sent alone, never merged with
+// writes that may touch the same epoch.
+func (s *Store) fenceCapacity(t *txn, node authority.NodeDescriptor, lifecycle int64, rev int64) {
+	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.capacityEpoch(node, lifecycle)), "<", rev+1))
+	t.alone = true
+}
+
+// touchCapacity records in t that it changes a capacity entry of alloc's
+// node lifecycle.
+func (s *Store) touchCapacity(t *txn, alloc authority.PlacementAllocation) {
+	t.touch(s.keys.capacityEpoch(alloc.Descriptor, alloc.DescriptorLifecycleGeneration))
 }
 
 // fits asks the policy whether alloc fits next to usage (the seed's

@@ -40,6 +40,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		t.cmp(s.rowOwnerLive(cur))
 		t.del(rowKey)
 		t.del(s.keys.capacityRow(cur.alloc, key))
+		s.touchCapacity(t, cur.alloc)
 		t.del(s.keys.ownerRow(cur.owner, key))
 	case authority.MutationRebindOwnerLease:
 		if m.ExpectedOwner != cur.owner {

@@ -57,6 +57,7 @@ func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
 	next.payload = append([]byte(nil), payload...)
 	t.put(s.keys.row(cur.key), next.encode(false))
 	t.put(s.keys.capacityRow(next.alloc, cur.key), capacityValue(next.alloc.State, next.alloc.Capacity))
+	s.touchCapacity(t, next.alloc)
 	return next
 }
 
@@ -65,6 +66,7 @@ func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
 func (s *Store) dropReserved(t *txn, cur *row) {
 	t.del(s.keys.row(cur.key))
 	t.del(s.keys.capacityRow(cur.alloc, cur.key))
+	s.touchCapacity(t, cur.alloc)
 	t.del(s.keys.ownerRow(cur.owner, cur.key))
 }
 

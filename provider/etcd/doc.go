@@ -20,6 +20,9 @@
 //	                                                capacity index: one entry per row or aggregate,
 //	                                                value = its state (reserved or active) and the
 //	                                                capacity vector it holds
+//	ns/capacity-epochs/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                capacity epoch (empty value): put by every Txn
+//	                                                that changes a capacity entry of the node
 //	ns/reservations/<esc reservation ID>            reservation terminal (committed, rejected,
 //	                                                failed, aborted), on a bucketed lease
 //	ns/terminals/<operation key>                    creation terminal, on a bucketed lease
@@ -41,9 +44,12 @@
 // row's ModRevision, the liveness key of the owner that must be live
 // (CreateRevision > 0, so a zombie owner whose lease expired cannot write),
 // the aggregate record's ModRevision and, under a capacity policy, that no
-// capacity entry of the node changed since it was read
-// (ModRevision(range) < readRevision+1). Conflict answers come from the
-// Txn's Else gets. Rows are not attached to owner leases: RemoveAllByOwner
+// capacity entry of the node changed since the usage the decision used:
+// ModRevision(capacity epoch) < readRevision+1, one key however many entries
+// the node holds (every Txn that puts or deletes a capacity entry also puts
+// its node's epoch). The usage itself is summed from the node's capacity
+// range once, then kept current by a watch on that range (usagewatch.go).
+// Conflict answers come from the Txn's Else gets. Rows are not attached to owner leases: RemoveAllByOwner
 // deletes them explicitly through the owner index, in batches that fit the
 // Txn limit.
 //

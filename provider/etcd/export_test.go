@@ -1,6 +1,10 @@
 package etcd
 
-import authority "github.com/zlink-systems/authority"
+import (
+	"context"
+
+	authority "github.com/zlink-systems/authority"
+)
 
 // QueuedWrites is how many writes of s wait for a Txn slot (batch.go).
 func QueuedWrites(s *Store) int {
@@ -28,4 +32,39 @@ func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64
 		}
 	}
 	return n
+}
+
+// WatchedUsage returns the usage of one counter of a node lifecycle as the
+// watch of s sums it (usagewatch.go), once the watch applied the node's
+// capacity changes up to now; ok is false when the node's usage is not
+// watched or its watch could not catch up.
+func WatchedUsage(ctx context.Context, s *Store, node authority.NodeDescriptor, lifecycle int64, kind authority.ObjectKind, stableType string) (authority.CapacityUsage, bool, error) {
+	ops, ur := s.addUsageReads(nil, node, lifecycle, false)
+	if ur.rangeIx >= 0 {
+		return authority.CapacityUsage{}, false, nil
+	}
+	resp, err := s.read(ctx, ops...)
+	if err != nil {
+		return authority.CapacityUsage{}, false, err
+	}
+	u, ok := s.usage.wait(ctx, s.keys.capacityNode(node, lifecycle), epochOf(resp, ur))
+	c := authority.UsageCounter(node, lifecycle, kind, stableType)
+	return authority.CapacityUsage{Active: u.active[c], Reserved: u.reserved[c]}, ok, nil
+}
+
+// WatchedNodes is how many node usages s watches.
+func WatchedNodes(s *Store) int {
+	s.usage.mu.Lock()
+	defer s.usage.mu.Unlock()
+	return len(s.usage.m)
+}
+
+// CancelUsageWatches ends every usage watch of s as a failed watch ends
+// (its follower drops it); the next decision on a node reads its range.
+func CancelUsageWatches(s *Store) {
+	s.usage.mu.Lock()
+	defer s.usage.mu.Unlock()
+	for _, w := range s.usage.m {
+		w.cancel()
+	}
 }

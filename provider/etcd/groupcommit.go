@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -11,14 +12,16 @@ import (
 
 // Group commit of reservations under a capacity policy.
 //
-// Every reservation on a node lifecycle fences on the node's whole capacity
-// range, so concurrent reservations on one node conflict with each other and
-// would retry (and give up) in turn. Instead they queue per (store, node
-// lifecycle): the first waiter becomes the leader, takes what queued up
-// meanwhile (at most reserveBatchMax), reads the rows, the owners' liveness
-// and the node's capacity once, admits the requests in arrival order with the
-// policy, and writes every admitted reservation in one Txn fenced on the
-// capacity range. Then it hands leadership to the next waiter. The batch
+// Every reservation on a node lifecycle fences on the node's capacity epoch
+// (every capacity change of the node moves it), so concurrent reservations
+// on one node conflict with each other and would retry (and give up) in
+// turn. Instead they queue per (store, node lifecycle): the first waiter
+// becomes the leader, takes what queued up meanwhile (at most
+// reserveBatchMax), reads the rows, the owners' liveness and the node's
+// capacity epoch once (and its capacity range, the first time: then its
+// usage is watched, usagewatch.go), admits the requests in arrival order
+// with the policy, and writes every admitted reservation in one Txn fenced
+// on the epoch. Then it hands leadership to the next waiter. The batch
 // behaves as the requests applied one after another at the Txn's revision:
 //
 //   - a request whose row exists or whose owner is not live is refused from
@@ -77,7 +80,8 @@ type reserveWaiter struct {
 }
 
 // reserveBatchMax is the most reservations of one batch: each writes 3 keys
-// and reads (and compares) at most 2, plus the node's capacity range.
+// and reads (and compares) at most 2, plus the node's capacity epoch (put
+// once, compared once) and its capacity range (read).
 func (s *Store) reserveBatchMax() int { return max(1, (s.maxOps-1)/3) }
 
 // reserveGrouped reserves res through the node's group commit queue.
@@ -203,16 +207,17 @@ func batchContext(batch []*reserveWaiter) (context.Context, func()) {
 
 // snapshotLayout is where a batch's reads sit in a read Txn's responses (or a
 // failed write Txn's Else responses): a row per pending request, each
-// distinct liveness key once, then the node's capacity range.
+// distinct liveness key once, then the node's usage reads (its capacity
+// epoch, and its capacity range unless its usage is watched: usagewatch.go).
 type snapshotLayout struct {
 	ops   []clientv3.Op
 	row   []int // per pending request
 	live  []int // per pending request
-	capIx int
+	usage usageRead
 	bytes int // the request bytes of ops
 }
 
-func (s *Store) layoutFor(pending []int, batch []*reserveWaiter) snapshotLayout {
+func (s *Store) layoutFor(pending []int, batch []*reserveWaiter, fullRange bool) snapshotLayout {
 	l := snapshotLayout{row: make([]int, len(batch)), live: make([]int, len(batch))}
 	rows := map[string]int{}
 	lives := map[string]int{}
@@ -233,8 +238,7 @@ func (s *Store) layoutFor(pending []int, batch []*reserveWaiter) snapshotLayout 
 		l.live[i] = idx(lives, s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
 	}
 	r := batch[pending[0]].res
-	l.capIx = len(l.ops)
-	l.ops = append(l.ops, s.capacityRangeOp(r.row.alloc.Descriptor, r.target.NodeLifecycleGeneration))
+	l.ops, l.usage = s.addUsageReads(l.ops, r.row.alloc.Descriptor, r.target.NodeLifecycleGeneration, fullRange)
 	for _, op := range l.ops {
 		l.bytes += len(op.KeyBytes()) + len(op.RangeBytes()) + opOverhead
 	}
@@ -270,7 +274,9 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 	}
 	var snap *clientv3.TxnResponse // the reads of layout at snap.Header.Revision
 	var layout snapshotLayout
-	conflicts := 0
+	conflicts, rereads := 0, 0
+	fullRange := false // read the node's capacity range, watched or not
+	prefix := s.keys.capacityNode(node, lifecycle)
 	for len(pending) > 0 {
 		// drop the requests whose callers gave up
 		live := pending[:0]
@@ -285,20 +291,30 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			break
 		}
 		if snap == nil {
-			layout = s.layoutFor(pending, batch)
+			layout = s.layoutFor(pending, batch, fullRange)
 			resp, err := s.read(ctx, layout.ops...)
 			if err != nil {
 				fail(pending, err)
 				break
 			}
-			snap = resp
+			snap, fullRange = resp, false
 		}
 		policy := s.capacityPolicy()
-		u, err := s.sumUsage(node, lifecycle, rangeKvs(snap, layout.capIx))
+		u, epoch, ok, err := s.usageAt(ctx, snap, layout.usage)
 		if err != nil {
 			fail(pending, err)
 			break
 		}
+		if !ok {
+			// the watched usage is not that of the snapshot: read again,
+			// with the range after the first time
+			if rereads++; rereads > 1 {
+				fullRange = true
+			}
+			snap = nil
+			continue
+		}
+		delta := map[authority.CapacityCounter]int64{}
 		t := &txn{}
 		admittedKeys := map[authority.Key]bool{}
 		decisions := make([]decision, len(batch))
@@ -344,6 +360,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			decisions[i] = decideAdmitted
 			for _, e := range authority.CapacityEntries(node, lifecycle, w.res.row.alloc.Capacity) {
 				u.reserved[e.Counter] += e.Count
+				delta[e.Counter] += e.Count
 			}
 		}
 		next := pending[:0:0]
@@ -360,14 +377,14 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			pending, snap = next, nil
 			continue
 		}
-		t.cmp(s.capacityFence(node, lifecycle, snap.Header.Revision))
+		s.fenceCapacity(t, node, lifecycle, snap.Header.Revision)
 		var waiting []int // pending requests whose outcome this Txn decides
 		for _, i := range pending {
 			if decisions[i] != decideRefused {
 				waiting = append(waiting, i)
 			}
 		}
-		elseLayout := s.layoutFor(waiting, batch)
+		elseLayout := s.layoutFor(waiting, batch, false)
 		t.els = append(t.els, elseLayout.ops...)
 		t.bytes += elseLayout.bytes
 		resp, err := s.commit(ctx, t, "the reservations")
@@ -384,6 +401,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			pending, snap, layout = waiting, resp, elseLayout
 			continue
 		}
+		s.usage.applied(prefix, epoch, resp.Header.Revision, delta)
 		for _, i := range waiting {
 			switch decisions[i] {
 			case decideAdmitted:
@@ -410,7 +428,12 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 // (at most those of l) stay within the Txn limits.
 func (s *Store) fitsWith(t, one *txn, l snapshotLayout) bool {
 	cmps := len(t.cmps) + len(one.cmps) + 1
-	then := len(t.then) + len(one.then)
+	then := len(t.then) + len(one.then) + len(t.touches)
+	for _, k := range one.touches {
+		if !slices.Contains(t.touches, k) {
+			then++
+		}
+	}
 	bytes := t.bytes + one.bytes + l.bytes + 2*opOverhead
 	return max(cmps, then, len(l.ops)) <= s.maxOps && bytes <= s.maxBytes
 }
@@ -423,4 +446,9 @@ func merge(t, one *txn) {
 	}
 	t.then = append(t.then, one.then...)
 	t.bytes += one.bytes
+	for _, k := range one.touches {
+		t.touch(k)
+		t.bytes -= len(k) + opOverhead // counted in one.bytes
+	}
+	t.alone = t.alone || one.alone
 }

@@ -42,10 +42,14 @@ const (
 	EntryAggregate
 	// EntryBlob is a relocation blob.
 	EntryBlob
+	// EntryCapacityEpoch is a node lifecycle's capacity epoch: an empty
+	// value whose ModRevision is the revision of the node's last capacity
+	// change.
+	EntryCapacityEpoch
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -74,6 +78,7 @@ var segments = func() map[EntryKind]string {
 		EntryTerminal:        first(l.terminal(authority.CreationOperation{SourceNodeRID: "r"})),
 		EntryAggregate:       first(l.aggregate(authority.Fence{AggregateID: "a", AggregateGeneration: 1})),
 		EntryBlob:            first(l.blob("b")),
+		EntryCapacityEpoch:   first(l.capacityEpoch(node, 1)),
 	}
 }()
 
@@ -106,8 +111,8 @@ type Entry struct {
 	// an owner generation, the owner with the last lease generation handed
 	// to it.
 	Owner authority.OwnerToken
-	// Node and Lifecycle are the node lifecycle of a liveness key and of a
-	// capacity entry.
+	// Node and Lifecycle are the node lifecycle of a liveness key, of a
+	// capacity entry and of a capacity epoch.
 	Node      authority.NodeDescriptor
 	Lifecycle int64
 	// Fence is the aggregate of an aggregate record and of an aggregate's
@@ -273,6 +278,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		}
 	case EntryAggregate:
 		err = e.decodeAggregate(rest, kv)
+	case EntryCapacityEpoch:
+		err = e.decodeCapacityEpoch(rest, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		if len(kv.Value) < 8 {
@@ -387,6 +394,23 @@ func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 		return err
 	}
 	e.Capacity = c
+	return nil
+}
+
+// decodeCapacityEpoch decodes capacity-epochs/<esc mesh>/<esc rid>/<lifecycle>,
+// whose value is empty.
+func (e *Entry) decodeCapacityEpoch(rest string, kv *mvccpb.KeyValue) error {
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return errBadKey
+	}
+	var err error
+	if e.Node, e.Lifecycle, err = parseNode(parts[0], parts[1], parts[2]); err != nil {
+		return err
+	}
+	if len(kv.Value) != 0 {
+		return errors.New("capacity epoch with a value")
+	}
 	return nil
 }
 

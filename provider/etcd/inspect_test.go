@@ -140,6 +140,12 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 	var terminals []*authority.TerminalRecord
 	aggregates := map[authority.Fence]string{}
 	lives := map[authority.OwnerToken]bool{}
+	type nodeKey struct {
+		node      authority.NodeDescriptor
+		lifecycle int64
+	}
+	lastEntry := map[nodeKey]int64{} // the newest capacity entry's ModRevision, per node
+	epochs := map[nodeKey]int64{}
 	for i, e := range entries {
 		kv := kvs[i]
 		seen[e.Kind]++
@@ -165,6 +171,7 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			require.True(t, strings.HasPrefix(string(kv.Key), etcdstore.OwnerIndexPrefix(ns, e.Owner)))
 			indexed[e.Key] = e.Owner
 		case etcdstore.EntryCapacity:
+			lastEntry[nodeKey{e.Node, e.Lifecycle}] = max(lastEntry[nodeKey{e.Node, e.Lifecycle}], kv.ModRevision)
 			for _, c := range authority.CapacityEntries(e.Node, e.Lifecycle, e.Capacity.Vector) {
 				k := counterKey{e.Node, e.Lifecycle, c.Counter.ObjectKind, c.Counter.StableType}
 				if usage[k] == nil {
@@ -204,6 +211,8 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			require.Equal(t, in.requests[e.Fence], e.Aggregate.Request)
 			require.Equal(t, e.Aggregate.State == etcdstore.AggregatePrepared, e.Aggregate.ExpiresAt.IsZero())
 			require.False(t, e.Expired(in.clock.Now()))
+		case etcdstore.EntryCapacityEpoch:
+			epochs[nodeKey{e.Node, e.Lifecycle}] = kv.ModRevision
 		case etcdstore.EntryBlob:
 			require.Equal(t, in.blob.Reference, e.BlobReference)
 			require.Equal(t, in.blobData, e.Blob.Data)
@@ -213,8 +222,12 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			require.Equal(t, read.Bytes, e.Blob.Data)
 		}
 	}
-	for k := etcdstore.EntryRow; k <= etcdstore.EntryBlob; k++ {
+	for k := etcdstore.EntryRow; k <= etcdstore.EntryCapacityEpoch; k++ {
 		require.NotZero(t, seen[k], "no %s entry", k)
+	}
+	// every capacity entry was written with its node's epoch
+	for n, rev := range lastEntry {
+		require.GreaterOrEqual(t, epochs[n], rev, "capacity epoch of %+v", n)
 	}
 
 	// rows: exactly the rows ListAuthorities lists, each in the owner index
@@ -302,6 +315,7 @@ func TestInspectDecodeEntryUnknown(t *testing.T) {
 	require.Equal(t, ns, etcdstore.Prefix(ns, etcdstore.EntryUnknown))
 	require.Equal(t, ns+"capacity/", etcdstore.Prefix(ns, etcdstore.EntryCapacity))
 	require.Equal(t, "capacity", etcdstore.EntryCapacity.String())
+	require.Equal(t, ns+"capacity-epochs/", etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch))
 	require.Equal(t, "EntryKind(99)", etcdstore.EntryKind(99).String())
 }
 
@@ -343,6 +357,9 @@ func TestInspectDecodeEntryCorrupt(t *testing.T) {
 		{"capacity aggregate generation", "capacity/m/r/1/agg/a/x", value(etcdstore.EntryCapacity)},
 		{"capacity value", "capacity/m/r/1/row/actor/a", "[]"},
 		{"capacity state", "capacity/m/r/1/row/actor/a", `{"st":"gone","a":1}`},
+		{"capacity epoch parts", "capacity-epochs/m/r", ""},
+		{"capacity epoch lifecycle", "capacity-epochs/m/r/x", ""},
+		{"capacity epoch value", "capacity-epochs/m/r/1", "x"},
 		{"reservation value", "reservations/r", "{"},
 		{"reservation escape", "reservations/%zz", value(etcdstore.EntryReservation)},
 		{"terminal value", "terminals/x/1/00", "{"},

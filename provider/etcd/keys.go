@@ -54,6 +54,13 @@ func (l layout) capacityNode(node authority.NodeDescriptor, lifecycle int64) str
 	return l.ns + "capacity/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle) + "/"
 }
 
+// capacityEpoch is the key every Txn that changes a capacity entry of the
+// node lifecycle also puts (txn.touch): its ModRevision is the revision of
+// the node's last capacity change. It sits outside the capacityNode range.
+func (l layout) capacityEpoch(node authority.NodeDescriptor, lifecycle int64) string {
+	return l.ns + "capacity-epochs/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
+}
+
 // capacityRow is the capacity entry of a row; its state (reserved or
 // active) is in the value, so a commit rewrites one key.
 func (l layout) capacityRow(a authority.PlacementAllocation, key authority.Key) string {

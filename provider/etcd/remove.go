@@ -8,9 +8,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// opsPerRemovedRow is what removing one row costs in a Txn: the row, its
-// capacity entry and its owner index entry.
-const opsPerRemovedRow = 3
+// opsPerRemovedRow is the most removing one row costs in a Txn: the row,
+// its capacity entry, its owner index entry and (once per node lifecycle)
+// its node's capacity epoch.
+const opsPerRemovedRow = 4
 
 // RemoveAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
@@ -66,6 +67,7 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 			t.cmp(modRevIs(rowKey, r.modRev))
 			t.del(rowKey)
 			t.del(s.keys.capacityRow(r.alloc, key))
+			s.touchCapacity(t, r.alloc)
 			t.del(s.keys.ownerRow(owner, key))
 			n++
 		}

@@ -29,6 +29,7 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 	t.cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
 	t.put(rowKey, r.row.encode(true))
 	t.put(s.keys.capacityRow(r.row.alloc, r.key), capacityValue(r.row.alloc.State, r.row.alloc.Capacity))
+	s.touchCapacity(t, r.row.alloc)
 	t.put(s.keys.ownerRow(r.target.Owner, r.key), "")
 }
 

@@ -110,6 +110,7 @@ type Store struct {
 	aggs      *boundedCache[string, knownAggregate] // by record key
 	leases    *leaseBuckets
 	batch     *writeBatcher
+	usage     *usageWatches
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -165,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.kv = s.client.KV
 	s.leases = newLeaseBuckets(s)
+	s.usage = newUsageWatches(s)
 	switch {
 	case cfg.MaxConcurrentTxns == 0:
 		s.batch = newWriteBatcher(s, DefaultMaxConcurrentTxns)
@@ -304,6 +306,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.batch.close()
+	s.usage.close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}

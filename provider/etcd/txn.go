@@ -22,6 +22,12 @@ type txn struct {
 	els   []clientv3.Op
 	bytes int
 	seen  map[string]bool // keys written by then (etcd refuses duplicates)
+	// touches are the capacity epoch keys of the nodes whose capacity
+	// entries the Txn writes, each put once after then (see touch).
+	touches []string
+	// alone marks a Txn fenced on a capacity epoch: it is never merged
+	// with other writes (batch.go), since they may touch that epoch.
+	alone bool
 }
 
 func (t *txn) cmp(c clientv3.Cmp) {
@@ -41,6 +47,31 @@ func (t *txn) del(key string) {
 	t.mark(key)
 }
 
+// touch puts a node's capacity epoch key (layout.capacityEpoch) once in
+// this Txn. Every Txn that puts or deletes a capacity entry touches its
+// node's epoch, so the epoch's ModRevision is the revision of the node's
+// last capacity change: a reservation fences on that one key instead of
+// on the node's whole capacity range.
+func (t *txn) touch(key string) {
+	if slices.Contains(t.touches, key) {
+		return
+	}
+	t.touches = append(t.touches, key)
+	t.bytes += len(key) + opOverhead
+}
+
+// thenOps returns the Txn's success ops: then, then the epoch touches.
+func (t *txn) thenOps() []clientv3.Op {
+	if len(t.touches) == 0 {
+		return t.then
+	}
+	ops := slices.Clip(t.then)
+	for _, k := range t.touches {
+		ops = append(ops, clientv3.OpPut(k, ""))
+	}
+	return ops
+}
+
 func (t *txn) mark(key string) {
 	if t.seen == nil {
 		t.seen = map[string]bool{}
@@ -58,7 +89,8 @@ func (t *txn) orGet(key string, opts ...clientv3.OpOption) {
 
 // clone returns a copy of t that can be extended without changing t.
 func (t *txn) clone() *txn {
-	c := &txn{cmps: slices.Clone(t.cmps), then: slices.Clone(t.then), els: slices.Clone(t.els), bytes: t.bytes}
+	c := &txn{cmps: slices.Clone(t.cmps), then: slices.Clone(t.then), els: slices.Clone(t.els), bytes: t.bytes,
+		touches: slices.Clone(t.touches), alone: t.alone}
 	if t.seen != nil {
 		c.seen = maps.Clone(t.seen)
 	}
@@ -66,7 +98,7 @@ func (t *txn) clone() *txn {
 }
 
 // ops is the number etcd compares against --max-txn-ops.
-func (t *txn) ops() int { return max(len(t.cmps), len(t.then), len(t.els)) }
+func (t *txn) ops() int { return max(len(t.cmps), len(t.then)+len(t.touches), len(t.els)) }
 
 // check refuses a Txn that cannot fit the configured limits.
 func (s *Store) check(t *txn, what string) error {
@@ -92,7 +124,7 @@ func (s *Store) commit(ctx context.Context, t *txn, what string) (*clientv3.TxnR
 func (s *Store) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.thenOps()...).Else(t.els...).Commit()
 	if err != nil {
 		return nil, mapError(err, len(t.then) > 0)
 	}

@@ -1,0 +1,334 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Watched capacity usage.
+//
+// A reservation (or an aggregate prepare) under a capacity policy decides on
+// its node's usage: the sum of the node's capacity entries. Reading and
+// summing every entry for each decision costs O(entries on the node). So the
+// store sums them once, with the read that first needs them, and from then
+// on keeps the sum current with a watch on the node's capacity range, from
+// the revision after that read, with previous values (a delete or a rewrite
+// takes out what it replaces).
+//
+// The sum is exact as of the last capacity change it applied (usageWatch.at).
+// Every Txn that changes a capacity entry also puts the node's capacity
+// epoch (txn.touch), so a read of the epoch tells the revision of the node's
+// last capacity change at that read: when it equals at, the watched sum is
+// the usage at the read. When the watch is behind, the decision waits for it
+// (briefly); when it is ahead or broken, the decision reads the range again.
+// The write is fenced on the epoch, as with a read range.
+//
+// A watch nobody used for usageWatchIdle is closed; so is any watch that
+// fails (compaction past it, a lost leader, a value it cannot decode): the
+// next decision on that node reads the range again and starts a new one.
+
+// usageWatchIdle is how long a node's usage stays watched after its last use.
+const usageWatchIdle = 5 * time.Minute
+
+// usageCatchUp bounds how long a decision waits for a watch that is behind
+// the epoch it read before it reads the node's range instead.
+const usageCatchUp = time.Second
+
+// usageWatches holds a store's watched node usages, by capacityNode prefix.
+type usageWatches struct {
+	s      *Store
+	mu     sync.Mutex
+	m      map[string]*usageWatch
+	closed bool
+	swept  time.Time
+	wg     sync.WaitGroup
+}
+
+// usageWatch is the watched usage of one node lifecycle.
+type usageWatch struct {
+	cancel    context.CancelFunc
+	node      authority.NodeDescriptor
+	lifecycle int64
+
+	// under usageWatches.mu
+	usage nodeUsage
+	// at is the revision of the last capacity change applied: the node's
+	// capacity epoch's ModRevision when the usage was last exact.
+	at      int64
+	broken  bool
+	changed chan struct{} // closed (and replaced) whenever at moves or broken is set
+	used    time.Time
+}
+
+func newUsageWatches(s *Store) *usageWatches {
+	return &usageWatches{s: s, m: map[string]*usageWatch{}}
+}
+
+// usageRead locates a node's usage reads in a read Txn (or a failed Txn's
+// Else): its capacity epoch, and its capacity range when the usage is not
+// watched (rangeIx -1 otherwise).
+type usageRead struct {
+	node      authority.NodeDescriptor
+	lifecycle int64
+	epochIx   int
+	rangeIx   int
+}
+
+// addUsageReads appends to ops what a decision on node's usage needs to read:
+// the node's capacity epoch, and its capacity range when the usage is not
+// watched or fullRange is set.
+func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, lifecycle int64, fullRange bool) ([]clientv3.Op, usageRead) {
+	ur := usageRead{node: node, lifecycle: lifecycle, epochIx: len(ops), rangeIx: -1}
+	ops = append(ops, clientv3.OpGet(s.keys.capacityEpoch(node, lifecycle), clientv3.WithKeysOnly()))
+	if fullRange || !s.usage.watched(s.keys.capacityNode(node, lifecycle)) {
+		ur.rangeIx = len(ops)
+		ops = append(ops, s.capacityRangeOp(node, lifecycle))
+	}
+	return ops, ur
+}
+
+// epochOf returns the capacity epoch read at ur in resp: the revision of the
+// node's last capacity change (0: none since the layout had epochs).
+func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
+	if kv := firstKv(resp, ur.epochIx); kv != nil {
+		return kv.ModRevision
+	}
+	return 0
+}
+
+// usageAt returns the usage of ur's node at resp's revision (a copy the
+// caller may change) and the epoch it is exact at. ok is false when the
+// usage is not known at that revision (the watch moved past it or failed):
+// the caller reads again with the range (addUsageReads with fullRange).
+func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usageRead) (u nodeUsage, epoch int64, ok bool, err error) {
+	epoch = epochOf(resp, ur)
+	prefix := s.keys.capacityNode(ur.node, ur.lifecycle)
+	if ur.rangeIx >= 0 {
+		u, err := s.sumUsage(ur.node, ur.lifecycle, rangeKvs(resp, ur.rangeIx))
+		if err != nil {
+			return nodeUsage{}, 0, false, err
+		}
+		s.usage.start(prefix, ur.node, ur.lifecycle, u, epoch, resp.Header.Revision)
+		return u, epoch, true, nil
+	}
+	u, ok = s.usage.wait(ctx, prefix, epoch)
+	return u, epoch, ok, nil
+}
+
+// watched reports whether the usage of the node with capacity prefix is
+// watched (and not failed).
+func (ws *usageWatches) watched(prefix string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := ws.m[prefix]
+	return w != nil && !w.broken
+}
+
+// wait returns a copy of the watched usage at prefix once the watch applied
+// the change at epoch: ok is false when it is not watched, it failed, it is
+// already past epoch, or it did not reach it within usageCatchUp.
+func (ws *usageWatches) wait(ctx context.Context, prefix string, epoch int64) (nodeUsage, bool) {
+	timer := time.NewTimer(usageCatchUp)
+	defer timer.Stop()
+	for {
+		ws.mu.Lock()
+		ws.sweep()
+		w := ws.m[prefix]
+		if w == nil || w.broken || w.at > epoch {
+			ws.mu.Unlock()
+			return nodeUsage{}, false
+		}
+		w.used = time.Now()
+		if w.at == epoch {
+			u := w.usage.clone()
+			ws.mu.Unlock()
+			return u, true
+		}
+		ch := w.changed
+		ws.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return nodeUsage{}, false
+		case <-ctx.Done():
+			return nodeUsage{}, false
+		}
+	}
+}
+
+// applied records that the Txn at rev, fenced on the node's epoch being
+// epoch, added delta to the node's reserved usage. The fence held, so no
+// other capacity change lies between epoch and rev: a watch still at epoch
+// moves to rev without waiting for its own events (it skips them).
+func (ws *usageWatches) applied(prefix string, epoch, rev int64, delta map[authority.CapacityCounter]int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := ws.m[prefix]
+	if w == nil || w.broken || w.at != epoch {
+		return
+	}
+	for c, n := range delta {
+		w.usage.reserved[c] += n
+	}
+	w.advance(rev)
+}
+
+// start watches the usage of the node lifecycle at prefix, summed as u from
+// a read at rev whose node epoch was epoch, unless it is watched already.
+func (ws *usageWatches) start(prefix string, node authority.NodeDescriptor, lifecycle int64, u nodeUsage, epoch, rev int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.sweep()
+	if ws.closed {
+		return
+	}
+	if w := ws.m[prefix]; w != nil && !w.broken {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &usageWatch{cancel: cancel, node: node, lifecycle: lifecycle, usage: u.clone(), at: epoch,
+		changed: make(chan struct{}), used: time.Now()}
+	ws.m[prefix] = w
+	wch := ws.s.client.Watch(clientv3.WithRequireLeader(ctx), prefix,
+		clientv3.WithRange(prefixEnd(prefix)), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+	ws.wg.Add(1)
+	go func() {
+		defer ws.wg.Done()
+		ws.follow(prefix, w, wch)
+	}()
+}
+
+// follow applies the watch's events to w until it ends or fails.
+func (ws *usageWatches) follow(prefix string, w *usageWatch, wch clientv3.WatchChan) {
+	defer w.cancel()
+	for wr := range wch {
+		if wr.Err() != nil || wr.Canceled {
+			break
+		}
+		ws.mu.Lock()
+		err := ws.apply(prefix, w, wr.Events)
+		ws.mu.Unlock()
+		if err != nil {
+			break
+		}
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.fail()
+	if ws.m[prefix] == w {
+		delete(ws.m, prefix)
+	}
+}
+
+var errNoPrevKV = errors.New("capacity watch event without its previous value")
+
+// apply adds the events of one watch response to w (under mu).
+func (ws *usageWatches) apply(prefix string, w *usageWatch, events []*clientv3.Event) error {
+	if w.broken {
+		return errNoPrevKV
+	}
+	at := w.at
+	for _, ev := range events {
+		rev := ev.Kv.ModRevision
+		if rev <= w.at {
+			continue // applied already (applied)
+		}
+		if prev := ev.PrevKv; prev != nil {
+			if err := w.add(prefix, prev, -1); err != nil {
+				return err
+			}
+		} else if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != ev.Kv.ModRevision {
+			// a delete or a rewrite whose old value etcd could not give
+			// (compacted): the sum can no longer be kept
+			return errNoPrevKV
+		}
+		if ev.Type == mvccpb.PUT {
+			if err := w.add(prefix, ev.Kv, 1); err != nil {
+				return err
+			}
+		}
+		at = max(at, rev)
+	}
+	if at != w.at {
+		w.advance(at)
+	}
+	return nil
+}
+
+// add adds sign × the capacity entry kv holds to w's usage.
+func (w *usageWatch) add(prefix string, kv *mvccpb.KeyValue, sign int64) error {
+	rest := strings.TrimPrefix(string(kv.Key), prefix)
+	if !strings.HasPrefix(rest, "row/") && !strings.HasPrefix(rest, "agg/") {
+		return corrupt(string(kv.Key), nil)
+	}
+	st, c, err := decodeCapacityValue(kv.Value)
+	if err != nil {
+		return corrupt(string(kv.Key), err)
+	}
+	into := w.usage.active
+	if st == authority.AllocationReserved {
+		into = w.usage.reserved
+	}
+	for _, e := range authority.CapacityEntries(w.node, w.lifecycle, c) {
+		into[e.Counter] += sign * e.Count
+	}
+	return nil
+}
+
+// advance moves w to the change at rev and wakes its waiters (under mu).
+func (w *usageWatch) advance(rev int64) {
+	w.at = rev
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// fail marks w failed and wakes its waiters (under mu).
+func (w *usageWatch) fail() {
+	if !w.broken {
+		w.broken = true
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+// sweep closes the watches unused for usageWatchIdle, at most once a
+// minute (under mu).
+func (ws *usageWatches) sweep() {
+	now := time.Now()
+	if now.Sub(ws.swept) < time.Minute {
+		return
+	}
+	ws.swept = now
+	for p, w := range ws.m {
+		if now.Sub(w.used) > usageWatchIdle {
+			w.cancel()
+			w.fail()
+			delete(ws.m, p)
+		}
+	}
+}
+
+// close stops every watch and waits for them.
+func (ws *usageWatches) close() {
+	ws.mu.Lock()
+	ws.closed = true
+	for p, w := range ws.m {
+		w.cancel()
+		w.fail()
+		delete(ws.m, p)
+	}
+	ws.mu.Unlock()
+	ws.wg.Wait()
+}
+
+func (u nodeUsage) clone() nodeUsage {
+	return nodeUsage{reserved: maps.Clone(u.reserved), active: maps.Clone(u.active)}
+}

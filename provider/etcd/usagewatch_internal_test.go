@@ -1,0 +1,57 @@
+package etcd
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestUsageWatchApply: the watch adds created entries, moves rewritten ones
+// by their previous value, takes out deleted ones, skips what it applied
+// already, and fails on a change whose previous value etcd did not give.
+func TestUsageWatchApply(t *testing.T) {
+	node := authority.NodeDescriptor{MeshName: "m", RID: "r"}
+	prefix := layout{ns: "/ns/"}.capacityNode(node, 1)
+	ws := &usageWatches{m: map[string]*usageWatch{}}
+	w := &usageWatch{node: node, lifecycle: 1, at: 5, changed: make(chan struct{}),
+		usage: nodeUsage{reserved: map[authority.CapacityCounter]int64{}, active: map[authority.CapacityCounter]int64{}}}
+	ws.m[prefix] = w
+	actor := authority.UsageCounter(node, 1, authority.ObjectActor, "")
+	kv := func(key string, st authority.AllocationState, create, mod int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(prefix + key), Value: []byte(capacityValue(st, authority.CapacityVector{Actors: 2})),
+			CreateRevision: create, ModRevision: mod}
+	}
+	reservedA := kv("row/actor/a", authority.AllocationReserved, 6, 6)
+	activeA := kv("row/actor/a", authority.AllocationActive, 6, 7)
+	events := []*clientv3.Event{
+		{Type: mvccpb.PUT, Kv: kv("row/actor/old", authority.AllocationReserved, 4, 4)}, // applied already
+		{Type: mvccpb.PUT, Kv: reservedA},
+	}
+	require.NoError(t, ws.apply(prefix, w, events))
+	require.EqualValues(t, 2, w.usage.reserved[actor])
+	require.EqualValues(t, 6, w.at)
+	changed := w.changed
+	require.NoError(t, ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.PUT, Kv: activeA, PrevKv: reservedA}}))
+	require.EqualValues(t, 0, w.usage.reserved[actor])
+	require.EqualValues(t, 2, w.usage.active[actor])
+	require.EqualValues(t, 7, w.at)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("waiters not woken")
+	}
+	require.NoError(t, ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: activeA.Key, ModRevision: 8}, PrevKv: activeA}}))
+	require.EqualValues(t, 0, w.usage.active[actor])
+	require.EqualValues(t, 8, w.at)
+	// a rewrite without its previous value cannot be summed
+	err := ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.PUT, Kv: kv("row/actor/b", authority.AllocationActive, 3, 9)}})
+	require.ErrorIs(t, err, errNoPrevKV)
+	err = ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: activeA.Key, ModRevision: 9}}})
+	require.ErrorIs(t, err, errNoPrevKV)
+	// an entry that is no capacity entry is corrupt
+	err = ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(prefix + "x"), CreateRevision: 9, ModRevision: 9}}})
+	require.ErrorIs(t, err, authority.ErrCorrupt)
+}
