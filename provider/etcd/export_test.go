@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"time"
 
 	authority "github.com/zlink-systems/authority"
 )
@@ -67,4 +68,12 @@ func CancelUsageWatches(s *Store) {
 	for _, w := range s.usage.m {
 		w.cancel()
 	}
+}
+
+// SetUsageWatchIdle sets how long an unused usage watch lives, until the
+// test ends.
+func SetUsageWatchIdle(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := usageWatchIdle
+	usageWatchIdle = d
+	t.Cleanup(func() { usageWatchIdle = old })
 }

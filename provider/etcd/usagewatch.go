@@ -32,15 +32,19 @@ import (
 // The write is fenced on the epoch, as with a read range.
 //
 // A watch nobody used for usageWatchIdle is closed; so is any watch that
-// fails (compaction past it, a lost leader, a value it cannot decode): the
-// next decision on that node reads the range again and starts a new one.
+// fails (compaction past it, a lost leader, a value it cannot decode) or
+// lags a read's epoch by more than usageCatchUp: the next decision on that
+// node reads the range again and starts a new one.
 
-// usageWatchIdle is how long a node's usage stays watched after its last use.
-const usageWatchIdle = 5 * time.Minute
+// usageWatchIdle is how long a node's usage stays watched after its last use
+// (a variable for tests).
+var usageWatchIdle = 5 * time.Minute
 
 // usageCatchUp bounds how long a decision waits for a watch that is behind
-// the epoch it read before it reads the node's range instead.
-const usageCatchUp = time.Second
+// the epoch it read; then the watch is dropped and the decision reads the
+// node's range instead. etcd sends a change to its watchers as it applies
+// it, so a healthy watch is milliseconds behind at most.
+const usageCatchUp = 500 * time.Millisecond
 
 // usageWatches holds a store's watched node usages, by capacityNode prefix.
 type usageWatches struct {
@@ -48,7 +52,6 @@ type usageWatches struct {
 	mu     sync.Mutex
 	m      map[string]*usageWatch
 	closed bool
-	swept  time.Time
 	wg     sync.WaitGroup
 }
 
@@ -66,6 +69,7 @@ type usageWatch struct {
 	broken  bool
 	changed chan struct{} // closed (and replaced) whenever at moves or broken is set
 	used    time.Time
+	idle    *time.Timer // drops the watch once unused for usageWatchIdle
 }
 
 func newUsageWatches(s *Store) *usageWatches {
@@ -140,7 +144,6 @@ func (ws *usageWatches) wait(ctx context.Context, prefix string, epoch int64) (n
 	defer timer.Stop()
 	for {
 		ws.mu.Lock()
-		ws.sweep()
 		w := ws.m[prefix]
 		if w == nil || w.broken || w.at > epoch {
 			ws.mu.Unlock()
@@ -157,6 +160,10 @@ func (ws *usageWatches) wait(ctx context.Context, prefix string, epoch int64) (n
 		select {
 		case <-ch:
 		case <-timer.C:
+			// stalled (its stream may be down): read the range instead
+			ws.mu.Lock()
+			ws.drop(prefix, w)
+			ws.mu.Unlock()
 			return nodeUsage{}, false
 		case <-ctx.Done():
 			return nodeUsage{}, false
@@ -186,7 +193,6 @@ func (ws *usageWatches) applied(prefix string, epoch, rev int64, delta map[autho
 func (ws *usageWatches) start(prefix string, node authority.NodeDescriptor, lifecycle int64, u nodeUsage, epoch, rev int64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	ws.sweep()
 	if ws.closed {
 		return
 	}
@@ -196,14 +202,42 @@ func (ws *usageWatches) start(prefix string, node authority.NodeDescriptor, life
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &usageWatch{cancel: cancel, node: node, lifecycle: lifecycle, usage: u.clone(), at: epoch,
 		changed: make(chan struct{}), used: time.Now()}
+	w.idle = time.AfterFunc(usageWatchIdle, func() { ws.expire(prefix, w) })
 	ws.m[prefix] = w
-	wch := ws.s.client.Watch(clientv3.WithRequireLeader(ctx), prefix,
-		clientv3.WithRange(prefixEnd(prefix)), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
 	ws.wg.Add(1)
 	go func() {
 		defer ws.wg.Done()
+		// Watch can block until the client has a stream (no lock held)
+		wch := ws.s.client.Watch(clientv3.WithRequireLeader(ctx), prefix,
+			clientv3.WithRange(prefixEnd(prefix)), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
 		ws.follow(prefix, w, wch)
 	}()
+}
+
+// expire drops w unless it was used within usageWatchIdle.
+func (ws *usageWatches) expire(prefix string, w *usageWatch) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.m[prefix] != w {
+		return
+	}
+	if idle := time.Since(w.used); idle < usageWatchIdle {
+		w.idle.Reset(usageWatchIdle - idle)
+		return
+	}
+	ws.drop(prefix, w)
+}
+
+// drop ends w and forgets it (under mu).
+func (ws *usageWatches) drop(prefix string, w *usageWatch) {
+	w.cancel()
+	if w.idle != nil {
+		w.idle.Stop()
+	}
+	w.fail()
+	if ws.m[prefix] == w {
+		delete(ws.m, prefix)
+	}
 }
 
 // follow applies the watch's events to w until it ends or fails.
@@ -222,10 +256,7 @@ func (ws *usageWatches) follow(prefix string, w *usageWatch, wch clientv3.WatchC
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	w.fail()
-	if ws.m[prefix] == w {
-		delete(ws.m, prefix)
-	}
+	ws.drop(prefix, w)
 }
 
 var errNoPrevKV = errors.New("capacity watch event without its previous value")
@@ -299,31 +330,12 @@ func (w *usageWatch) fail() {
 	}
 }
 
-// sweep closes the watches unused for usageWatchIdle, at most once a
-// minute (under mu).
-func (ws *usageWatches) sweep() {
-	now := time.Now()
-	if now.Sub(ws.swept) < time.Minute {
-		return
-	}
-	ws.swept = now
-	for p, w := range ws.m {
-		if now.Sub(w.used) > usageWatchIdle {
-			w.cancel()
-			w.fail()
-			delete(ws.m, p)
-		}
-	}
-}
-
 // close stops every watch and waits for them.
 func (ws *usageWatches) close() {
 	ws.mu.Lock()
 	ws.closed = true
 	for p, w := range ws.m {
-		w.cancel()
-		w.fail()
-		delete(ws.m, p)
+		ws.drop(p, w)
 	}
 	ws.mu.Unlock()
 	ws.wg.Wait()

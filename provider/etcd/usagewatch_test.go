@@ -322,3 +322,45 @@ func TestWatchedUsageRecoversFromFailedWatch(t *testing.T) {
 	require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
 	require.EqualValues(t, 1, ranges.Load())
 }
+
+// TestWatchedUsageStalledWatch: a watch that does not catch up with a read's
+// epoch within its bound is dropped; the decision reads the range instead
+// and stays exact.
+func TestWatchedUsageStalledWatch(t *testing.T) {
+	var ranges atomic.Int64
+	c := server.Client(t)
+	c.KV = rangeSpyKV{c.KV, &ranges}
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, c, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	s.SetCapacityPolicy(conformance.ActorLimit(2))
+	fx.Reserve(authority.ObjectActor, "a", conformance.TargetA)
+	// the epoch moves, and the watch sees no change of the range that would
+	// take it there: from the decision's side, a watch that fell behind
+	_, err := shared.Put(context.Background(), s.Namespace()+"capacity-epochs/mesh-1/node-a/1", "")
+	require.NoError(t, err)
+	ranges.Store(0)
+	fx.Reserve(authority.ObjectActor, "b", conformance.TargetA)
+	require.EqualValues(t, 1, ranges.Load(), "the range read once the watch is given up")
+	require.Equal(t, 1, etcdstore.WatchedNodes(s))
+	res, err := s.Reserve(context.Background(), fx.ReserveRequest(authority.ObjectActor, "c", conformance.TargetA))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+	require.EqualValues(t, 1, ranges.Load(), "watched again")
+}
+
+// TestWatchedUsageIdleWatchCloses: a node's watch ends once no decision used
+// it for the idle time, and comes back with the next one.
+func TestWatchedUsageIdleWatchCloses(t *testing.T) {
+	etcdstore.SetUsageWatchIdle(t, 50*time.Millisecond)
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	s.SetCapacityPolicy(conformance.ActorLimit(10))
+	fx.Reserve(authority.ObjectActor, "a", conformance.TargetA)
+	require.Equal(t, 1, etcdstore.WatchedNodes(s))
+	require.Eventually(t, func() bool { return etcdstore.WatchedNodes(s) == 0 }, 10*time.Second, 5*time.Millisecond)
+	fx.Reserve(authority.ObjectActor, "b", conformance.TargetA)
+	require.Equal(t, 1, etcdstore.WatchedNodes(s))
+	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 0, 2)
+}
