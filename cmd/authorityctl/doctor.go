@@ -256,8 +256,8 @@ func doctorLimits(ctx context.Context, c *clientv3.Client, ns string, maxOps, ma
 	_, err := c.Txn(ctx).Then(ops...).Commit()
 	switch {
 	case err == nil:
-		d.add("max txn ops", checkOK, "the server accepts a Txn of %d operations (provider MaxTxnOps %d: aggregates of up to %d participants, owner removal in batches of %d rows)",
-			maxOps, maxOps, (maxOps-2)/5, maxOps/3)
+		d.add("max txn ops", checkOK, "the server accepts a Txn of %d operations (provider MaxTxnOps %d: aggregates of up to %d participants leaving one node, %d leaving as many nodes; owner removal in batches of %d rows)",
+			maxOps, maxOps, (maxOps-4)/5, (maxOps-3)/6, maxOps/4)
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		d.add("max txn ops", checkFail, "the server refuses a Txn of %d operations: raise the server's --max-txn-ops or lower the provider's MaxTxnOps (≥ 8)", maxOps)
 	default:

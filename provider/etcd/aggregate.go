@@ -10,9 +10,9 @@ import (
 
 // aggregateOpsPerParticipant is the most operations one participant adds to
 // the commit Txn (newOwner: row, two capacity entries, two owner index
-// entries, its source node's capacity epoch); the Txn also writes the
-// record, the aggregate's capacity and the target's capacity epoch.
-const aggregateOpsPerParticipant = 6
+// entries); the Txn also writes the record, the aggregate's capacity, the
+// target's capacity epoch and the epoch of each node a participant leaves.
+const aggregateOpsPerParticipant = 5
 
 // PrepareAggregate checks the participants and reserves the target's
 // capacity: a read of the record, the rows, the target's liveness (and the
@@ -26,7 +26,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	if err := s.begin(ctx); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
-	if err := s.checkAggregateFits(&req); err != nil {
+	if err := s.checkAggregateFits(&req, 0); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
 	fence := req.Fence()
@@ -88,6 +88,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		}
 		source := authority.CapacityVector{}
 		liveSeen := map[string]bool{}
+		left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
 		for i, p := range req.Participants {
 			r, err := s.rowFrom(resp, 2+i, p.AuthorityKey)
 			if err != nil {
@@ -110,6 +111,14 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
 				return conflict, nil
 			}
+			if r.alloc.Descriptor != target.Descriptor || r.alloc.DescriptorLifecycleGeneration != target.DescriptorLifecycleGeneration {
+				left[s.keys.capacityEpoch(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration)] = true
+			}
+		}
+		// the commit touches one more epoch per node left: refuse now what
+		// it could not send
+		if err := s.checkAggregateFits(&req, len(left)); err != nil {
+			return authority.PrepareAggregateResult{}, err
 		}
 		if !source.Equal(req.Capacity) {
 			return conflict, nil
@@ -139,8 +148,9 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 }
 
 // checkAggregateFits refuses an aggregate whose prepare or commit Txn
-// cannot fit the configured limits.
-func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest) error {
+// cannot fit the configured limits, when its newOwner participants leave
+// sourceNodes node lifecycles (each a capacity epoch the commit touches).
+func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourceNodes int) error {
 	n := len(req.Participants)
 	commit := &txn{bytes: 4096}
 	prepare := &txn{bytes: 4096}
@@ -152,7 +162,7 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest) error
 	}
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
-	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3)
+	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
 	prepareOps := 2*n + 3
 	for _, c := range []struct {
 		t   *txn

@@ -77,3 +77,9 @@ func SetUsageWatchIdle(t interface{ Cleanup(func()) }, d time.Duration) {
 	usageWatchIdle = d
 	t.Cleanup(func() { usageWatchIdle = old })
 }
+
+// UsageWatchCounts returns how many usage watches s started and how many of
+// their followers still run.
+func UsageWatchCounts(s *Store) (started, running int64) {
+	return s.usage.started.Load(), s.usage.running.Load()
+}

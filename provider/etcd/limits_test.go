@@ -36,23 +36,72 @@ func requireLimit(t *testing.T, err error, flag string) {
 func TestAggregateOverTxnLimitIsRefusedBeforeSending(t *testing.T) {
 	h := etcdFactory(t)
 	fx := conformance.NewFixture(t, h)
-	parts := activeRows(fx, 26) // 26 newOwner participants need 132 ops > 128
+	// 25 newOwner participants leaving one node need 5·25 + 3 + 1 = 129 ops > 128
+	parts := activeRows(fx, 25)
 	before := fx.State()
-	req := conformance.AggregateRequest("too-big", 1, conformance.TargetB, authority.CapacityVector{Actors: 26}, parts...)
+	req := conformance.AggregateRequest("too-big", 1, conformance.TargetB, authority.CapacityVector{Actors: 25}, parts...)
 	_, err := fx.Store().PrepareAggregate(fx.Ctx(), req)
 	requireLimit(t, err, "--max-txn-ops")
 	fx.RequireState(before)
 	_, err = fx.Store().CommitAggregate(fx.Ctx(), req.Fence())
 	require.NoError(t, err)
 
-	// 16 participants fit: prepare and commit move them all
-	req = conformance.AggregateRequest("fits", 1, conformance.TargetB, authority.CapacityVector{Actors: 16}, parts[:16]...)
+	// 24 participants fit (124 ops): prepare and commit move them all
+	req = conformance.AggregateRequest("fits", 1, conformance.TargetB, authority.CapacityVector{Actors: 24}, parts[:24]...)
 	fence := fx.MustPrepare(req)
 	res, err := fx.Store().CommitAggregate(fx.Ctx(), fence)
 	require.NoError(t, err)
 	require.Equal(t, authority.KindCommitted, res.Kind)
-	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 16, 0)
-	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 10, 0)
+	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 24, 0)
+	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 1, 0)
+}
+
+// TestAggregateFromManyNodesOverTxnLimit: each node a participant leaves
+// costs its commit one more op (the node's capacity epoch): 20 participants
+// from 20 nodes fit (5·20 + 3 + 20 = 123 ops), 21 from 21 nodes (129) are
+// refused once prepare has read where the rows are, before anything is
+// written.
+func TestAggregateFromManyNodesOverTxnLimit(t *testing.T) {
+	h := etcdFactory(t)
+	fx := conformance.NewFixture(t, h)
+	parts := make([]authority.AggregateParticipant, 21)
+	for i := range parts {
+		src := conformance.Target(authority.NodeDescriptor{MeshName: "mesh-1", RID: fmt.Sprintf("src-%02d", i)}, conformance.NodeLifecycle,
+			authority.OwnerToken{OwnerID: fmt.Sprintf("src-owner-%02d", i), LeaseGeneration: 1})
+		fx.SetLive(src, true)
+		id := fmt.Sprintf("spread-%02d", i)
+		row := fx.Active(authority.ObjectActor, id, src)
+		parts[i] = conformance.Participant(fx.Key(authority.ObjectActor, id), row.StoreVersion, authority.TransitionNewOwner, []byte("moved"))
+	}
+	before := fx.State()
+	req := conformance.AggregateRequest("spread-too-big", 1, conformance.TargetB, authority.CapacityVector{Actors: 21}, parts...)
+	_, err := fx.Store().PrepareAggregate(fx.Ctx(), req)
+	requireLimit(t, err, "--max-txn-ops")
+	fx.RequireState(before)
+
+	req = conformance.AggregateRequest("spread-fits", 1, conformance.TargetB, authority.CapacityVector{Actors: 20}, parts[:20]...)
+	fence := fx.MustPrepare(req)
+	res, err := fx.Store().CommitAggregate(fx.Ctx(), fence)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, res.Kind)
+	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 20, 0)
+}
+
+// TestRemoveOwnerRowsOnManyNodes: removing an owner's rows spread over 45
+// node lifecycles touches each node's epoch and stays within the Txn limit.
+func TestRemoveOwnerRowsOnManyNodes(t *testing.T) {
+	h := etcdFactory(t)
+	fx := conformance.NewFixture(t, h)
+	owner := authority.OwnerToken{OwnerID: "spread-owner", LeaseGeneration: 1}
+	for i := range 45 {
+		tgt := conformance.Target(authority.NodeDescriptor{MeshName: "mesh-1", RID: fmt.Sprintf("n-%02d", i)}, conformance.NodeLifecycle, owner)
+		fx.SetLive(tgt, true)
+		fx.Active(authority.ObjectUserSpot, fmt.Sprintf("spot-%02d", i), tgt)
+	}
+	n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), owner)
+	require.NoError(t, err)
+	require.EqualValues(t, 45, n)
+	require.Empty(t, fx.ListAll("", 100))
 }
 
 func TestServerTxnLimitErrorIsTyped(t *testing.T) {
@@ -62,7 +111,7 @@ func TestServerTxnLimitErrorIsTyped(t *testing.T) {
 	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxTxnOps: 1000})
 	h := harnessFor(s, clock)
 	fx := conformance.NewFixture(t, h)
-	parts := activeRows(fx, 40) // prepare fits (83 compares), commit does not (202 ops)
+	parts := activeRows(fx, 40) // prepare fits (83 compares), commit does not (5·40 + 3 + 1 = 204 ops)
 	req := conformance.AggregateRequest("server-refuses", 1, conformance.TargetB, authority.CapacityVector{Actors: 40}, parts...)
 	fence := fx.MustPrepare(req)
 	before := fx.State()

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
@@ -53,6 +54,8 @@ type usageWatches struct {
 	m      map[string]*usageWatch
 	closed bool
 	wg     sync.WaitGroup
+	// started counts the watches started, running their followers alive.
+	started, running atomic.Int64
 }
 
 // usageWatch is the watched usage of one node lifecycle.
@@ -205,8 +208,11 @@ func (ws *usageWatches) start(prefix string, node authority.NodeDescriptor, life
 	w.idle = time.AfterFunc(usageWatchIdle, func() { ws.expire(prefix, w) })
 	ws.m[prefix] = w
 	ws.wg.Add(1)
+	ws.started.Add(1)
+	ws.running.Add(1)
 	go func() {
 		defer ws.wg.Done()
+		defer ws.running.Add(-1)
 		// Watch can block until the client has a stream (no lock held)
 		wch := ws.s.client.Watch(clientv3.WithRequireLeader(ctx), prefix,
 			clientv3.WithRange(prefixEnd(prefix)), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
@@ -261,11 +267,21 @@ func (ws *usageWatches) follow(prefix string, w *usageWatch, wch clientv3.WatchC
 
 var errNoPrevKV = errors.New("capacity watch event without its previous value")
 
-// apply adds the events of one watch response to w (under mu).
+// apply adds the events of one watch response to w (under mu). On an error
+// w is failed at once, before the lock is released: its usage may hold
+// part of the response.
 func (ws *usageWatches) apply(prefix string, w *usageWatch, events []*clientv3.Event) error {
 	if w.broken {
 		return errNoPrevKV
 	}
+	if err := ws.applyEvents(prefix, w, events); err != nil {
+		w.fail()
+		return err
+	}
+	return nil
+}
+
+func (ws *usageWatches) applyEvents(prefix string, w *usageWatch, events []*clientv3.Event) error {
 	at := w.at
 	for _, ev := range events {
 		rev := ev.Kv.ModRevision

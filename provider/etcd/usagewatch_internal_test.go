@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,12 +47,28 @@ func TestUsageWatchApply(t *testing.T) {
 	require.NoError(t, ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: activeA.Key, ModRevision: 8}, PrevKv: activeA}}))
 	require.EqualValues(t, 0, w.usage.active[actor])
 	require.EqualValues(t, 8, w.at)
-	// a rewrite without its previous value cannot be summed
-	err := ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.PUT, Kv: kv("row/actor/b", authority.AllocationActive, 3, 9)}})
-	require.ErrorIs(t, err, errNoPrevKV)
-	err = ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: activeA.Key, ModRevision: 9}}})
-	require.ErrorIs(t, err, errNoPrevKV)
-	// an entry that is no capacity entry is corrupt
-	err = ws.apply(prefix, w, []*clientv3.Event{{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(prefix + "x"), CreateRevision: 9, ModRevision: 9}}})
-	require.ErrorIs(t, err, authority.ErrCorrupt)
+	// a rewrite or delete without its previous value cannot be summed, an
+	// entry that is no capacity entry is corrupt: the watch fails at once,
+	// even when part of the response was applied
+	fresh := func() *usageWatch {
+		return &usageWatch{node: node, lifecycle: 1, at: 8, changed: make(chan struct{}),
+			usage: nodeUsage{reserved: map[authority.CapacityCounter]int64{}, active: map[authority.CapacityCounter]int64{}}}
+	}
+	created := &clientv3.Event{Type: mvccpb.PUT, Kv: kv("row/actor/c", authority.AllocationReserved, 9, 9)}
+	for _, c := range []struct {
+		name string
+		ev   *clientv3.Event
+		want error
+	}{
+		{"rewrite", &clientv3.Event{Type: mvccpb.PUT, Kv: kv("row/actor/b", authority.AllocationActive, 3, 9)}, errNoPrevKV},
+		{"delete", &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: activeA.Key, ModRevision: 9}}, errNoPrevKV},
+		{"foreign", &clientv3.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(prefix + "x"), CreateRevision: 9, ModRevision: 9}}, authority.ErrCorrupt},
+	} {
+		w := fresh()
+		ws.m[prefix] = w
+		require.ErrorIs(t, ws.apply(prefix, w, []*clientv3.Event{created, c.ev}), c.want, c.name)
+		require.True(t, w.broken, c.name)
+		_, ok := ws.wait(context.Background(), prefix, 8)
+		require.False(t, ok, "%s: a failed watch's usage is not used", c.name)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -343,6 +345,8 @@ func TestWatchedUsageStalledWatch(t *testing.T) {
 	fx.Reserve(authority.ObjectActor, "b", conformance.TargetA)
 	require.EqualValues(t, 1, ranges.Load(), "the range read once the watch is given up")
 	require.Equal(t, 1, etcdstore.WatchedNodes(s))
+	started, _ := etcdstore.UsageWatchCounts(s)
+	require.EqualValues(t, 2, started, "the stalled watch was replaced")
 	res, err := s.Reserve(context.Background(), fx.ReserveRequest(authority.ObjectActor, "c", conformance.TargetA))
 	require.NoError(t, err)
 	require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
@@ -363,4 +367,115 @@ func TestWatchedUsageIdleWatchCloses(t *testing.T) {
 	fx.Reserve(authority.ObjectActor, "b", conformance.TargetA)
 	require.Equal(t, 1, etcdstore.WatchedNodes(s))
 	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 0, 2)
+}
+
+// TestWatchedUsageEndsWithStore: Close stops a store's usage watches, also
+// on a client that outlives the store.
+func TestWatchedUsageEndsWithStore(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: shared, Namespace: etcdtest.Namespace(), Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	s.SetCapacityPolicy(conformance.ActorLimit(10))
+	fx.Reserve(authority.ObjectActor, "a", conformance.TargetA)
+	fx.Reserve(authority.ObjectActor, "b", conformance.TargetB)
+	started, running := etcdstore.UsageWatchCounts(s)
+	require.EqualValues(t, 2, started)
+	require.EqualValues(t, 2, running)
+	require.NoError(t, s.Close())
+	_, running = etcdstore.UsageWatchCounts(s)
+	require.Zero(t, running, "watch followers left after Close")
+	require.Zero(t, etcdstore.WatchedNodes(s))
+}
+
+// TestBatchedWritesTouchEpochs: capacity changes sent merged by the write
+// batcher (one Txn slot, 16 writers) still put each changed node's epoch at
+// their revision.
+func TestBatchedWritesTouchEpochs(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxConcurrentTxns: 1})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	start, err := shared.Get(ctx, s.Namespace()+"start")
+	require.NoError(t, err)
+	before := s.WriteStats()
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tgt := []authority.CreationTarget{conformance.TargetA, conformance.TargetB}[w%2]
+			for i := range 8 {
+				req := fx.ReserveRequest(authority.ObjectUserSpot, fmt.Sprintf("w%d-%d", w, i), tgt)
+				res, err := s.Reserve(ctx, req)
+				if err != nil || res.Kind != authority.KindReserved {
+					t.Errorf("reserve: %v %v", res.Kind, err)
+					return
+				}
+				key, _ := authority.EncodeKey(req.Key.Kind, req.Key.GlobalID)
+				r := conformance.Reservation{Req: req, Res: res, Key: key}
+				if i%2 == 0 {
+					_, err = s.Commit(ctx, r.CommitRequest([]byte("ready")))
+				} else {
+					_, err = s.Abort(ctx, r.AbortRequest())
+				}
+				if err != nil {
+					t.Errorf("finish: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := s.WriteStats()
+	require.NotZero(t, st.BatchedWrites-before.BatchedWrites, "no write was sent merged: the test tests nothing")
+	requireEpochsTouched(t, s.Namespace(), start.Header.Revision)
+}
+
+// TestFencedPreparesAreNotMerged: aggregate prepares fenced on one node's
+// capacity epoch, sent concurrently through one Txn slot, are each decided
+// alone: the target never holds more than its limit (10 rounds: a merge of
+// two prepares that read the same epoch needs them to meet in the queue).
+func TestFencedPreparesAreNotMerged(t *testing.T) {
+	for round := range 10 {
+		fencedPreparesRound(t, round)
+	}
+}
+
+func fencedPreparesRound(t *testing.T, round int) {
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxConcurrentTxns: 1})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	const moves, limit = 12, 3
+	reqs := make([]authority.AggregatePrepareRequest, moves)
+	for i := range reqs {
+		row := fx.Active(authority.ObjectActor, fmt.Sprintf("a%d", i), conformance.TargetA)
+		reqs[i] = conformance.AggregateRequest(fmt.Sprintf("move-%d", i), 1, conformance.TargetB, row.Allocation.Capacity,
+			conformance.Participant(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i)), row.StoreVersion, authority.TransitionNewOwner, nil))
+	}
+	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(node authority.NodeDescriptor, requested, reserved, active authority.CapacityVector) bool {
+		return node != conformance.NodeB || reserved.Actors+active.Actors+requested.Actors <= limit
+	}))
+	var wg sync.WaitGroup
+	outs := make([]authority.ResultKind, moves)
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.PrepareAggregate(ctx, reqs[i])
+			if err != nil {
+				t.Errorf("round %d: prepare %d: %v", round, i, err)
+			}
+			outs[i] = res.Kind
+		}()
+	}
+	wg.Wait()
+	got := map[authority.ResultKind]int{}
+	for _, k := range outs {
+		got[k]++
+	}
+	require.Equal(t, map[authority.ResultKind]int{authority.KindPrepared: limit, authority.KindConflict: moves - limit}, got, "round %d", round)
+	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 0, limit)
 }
