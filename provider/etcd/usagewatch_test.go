@@ -400,14 +400,21 @@ func TestBatchedWritesTouchEpochs(t *testing.T) {
 	start, err := shared.Get(ctx, s.Namespace()+"start")
 	require.NoError(t, err)
 	before := s.WriteStats()
+	const writers, each = 16, 8
+	var reqs [writers][each]authority.ReserveRequest // the fixture is not safe for concurrent use
+	for w := range writers {
+		for i := range each {
+			tgt := []authority.CreationTarget{conformance.TargetA, conformance.TargetB}[w%2]
+			reqs[w][i] = fx.ReserveRequest(authority.ObjectUserSpot, fmt.Sprintf("w%d-%d", w, i), tgt)
+		}
+	}
 	var wg sync.WaitGroup
-	for w := range 16 {
+	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tgt := []authority.CreationTarget{conformance.TargetA, conformance.TargetB}[w%2]
-			for i := range 8 {
-				req := fx.ReserveRequest(authority.ObjectUserSpot, fmt.Sprintf("w%d-%d", w, i), tgt)
+			for i := range each {
+				req := reqs[w][i]
 				res, err := s.Reserve(ctx, req)
 				if err != nil || res.Kind != authority.KindReserved {
 					t.Errorf("reserve: %v %v", res.Kind, err)
