@@ -84,7 +84,7 @@ func TestCapacityExactUnderFaults(t *testing.T) {
 					failed.Add(1)
 				case res.Kind == authority.KindReserved:
 					admitted.Add(1)
-					sleepCtx(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
+					sleepCtx(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
 				case res.Kind == authority.KindPlacementCapacityExhausted:
 					exhausted.Add(1)
 					sleepCtx(ctx, 2*time.Millisecond)
