@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -254,6 +255,7 @@ func TestDoctor(t *testing.T) {
 	require.Equal(t, checkOK, status["max txn ops"])
 	require.Equal(t, checkOK, status["max request bytes"])
 	require.Contains(t, []string{checkOK, checkInfo}, status["compaction"])
+	require.Equal(t, checkOK, status["capacity epochs"])
 	requireNoKeys(t, ns)
 
 	// a provider configured beyond the server's limits fails the doctor
@@ -266,6 +268,34 @@ func TestDoctor(t *testing.T) {
 	out, _, code = cli(t, nil, on(ns, "doctor", "--no-probe")...)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "probes skipped")
+}
+
+// TestDoctorCapacityEpochs: the doctor accepts capacity entries the store
+// wrote (each moved its node's epoch) and warns about one written without
+// its epoch, as a build without epochs would.
+func TestDoctorCapacityEpochs(t *testing.T) {
+	ns := "/doctor-epochs/"
+	ctx := context.Background()
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: testClient, Namespace: ns})
+	require.NoError(t, err)
+	defer s.Close()
+	fx := conformance.NewFixture(t, &conformance.Harness{Store: s, SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
+		require.NoError(t, s.MarkLive(ctx, node, lifecycle, owner, time.Minute))
+	}, Now: time.Now})
+	fx.Active(authority.ObjectUserSpot, "a", conformance.TargetA)
+	fx.Reserve(authority.ObjectActor, "b", conformance.TargetB)
+	out, _, code := cli(t, nil, on(ns, "doctor", "--no-probe")...)
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `capacity epochs\s+ok\s+2 node lifecycle\(s\) with capacity entries, each epoch current`, out)
+
+	// an entry written by hand, without its node's epoch
+	_, err = testClient.Put(ctx, ns+"capacity/mesh-1/node-a/1/row/user_spot/by-hand", `{"st":"active","a":1}`)
+	require.NoError(t, err)
+	out, _, code = cli(t, nil, on(ns, "doctor", "--no-probe")...)
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `capacity epochs\s+warn\s+1 of 2 node lifecycle\(s\) have capacity entries newer than their epoch \(mesh-1/node-a/1\)`, out)
+	_, err = testClient.Delete(ctx, ns, clientv3.WithPrefix())
+	require.NoError(t, err)
 }
 
 func TestDoctorSeesCompaction(t *testing.T) {

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,7 +66,9 @@ func newDoctorCommand(g *globals) *cobra.Command {
 		Long: `Check cluster health and version per endpoint, the leader, DB size against
 the quota, alarms, whether compaction runs, and whether the server accepts the
 Txn size (--max-txn-ops) and request size (--max-request-bytes) the provider is
-configured with. The limit probes write scratch keys under the namespace
+configured with, and whether every node's capacity epoch is at least as new
+as its capacity entries (an entry newer than its node's epoch was written by a
+build that does not put epochs). The limit probes write scratch keys under the namespace
 ("<namespace>doctor-probe/") and delete them; --no-probe skips them.
 Exits 1 when a check fails.`,
 		Args: exactArgs(0),
@@ -79,6 +83,7 @@ Exits 1 when a check fails.`,
 			d := &doctorView{Endpoints: []memberView{}, Checks: []checkView{}}
 			doctorMembers(ctx, c, statuses, d)
 			doctorCluster(ctx, c, g.namespace, d)
+			doctorCapacityEpochs(ctx, c, g.namespace, d)
 			if noProbe {
 				d.add("limits", checkInfo, "probes skipped (--no-probe)")
 			} else {
@@ -240,6 +245,59 @@ func doctorCompaction(ctx context.Context, c *clientv3.Client, ns string, curren
 		}
 	}
 	d.add("compaction", checkOK, "compacted up to revision %d of %d: compaction runs", hi, current)
+}
+
+// doctorCapacityEpochs reports node lifecycles whose capacity entries
+// changed after their capacity epoch last moved: a writer that does not put
+// epochs (a build older than them, or a hand edit) wrote them, and a
+// reservation fenced on the epoch cannot see such a change. Entries an older
+// build left before an upgrade show up too, until the node's next capacity
+// change moves its epoch past them.
+func doctorCapacityEpochs(ctx context.Context, c *clientv3.Client, ns string, d *doctorView) {
+	entries, rev, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacity))
+	if err != nil {
+		d.add("capacity epochs", checkWarn, "cannot read the capacity entries: %v", err)
+		return
+	}
+	epochs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), clientv3.WithRev(rev))
+	if err != nil {
+		d.add("capacity epochs", checkWarn, "cannot read the capacity epochs: %v", err)
+		return
+	}
+	type nodeLifecycle struct {
+		node      authority.NodeDescriptor
+		lifecycle int64
+	}
+	newest := map[nodeLifecycle]int64{}
+	for _, kv := range entries {
+		e, err := etcdstore.DecodeEntry(ns, kv)
+		if err != nil {
+			continue // a corrupt entry: the capacity command reports it
+		}
+		nl := nodeLifecycle{e.Node, e.Lifecycle}
+		newest[nl] = max(newest[nl], kv.ModRevision)
+	}
+	epoch := map[nodeLifecycle]int64{}
+	for _, kv := range epochs {
+		if e, err := etcdstore.DecodeEntry(ns, kv); err == nil {
+			epoch[nodeLifecycle{e.Node, e.Lifecycle}] = kv.ModRevision
+		}
+	}
+	var behind []string
+	for nl, r := range newest {
+		if r > epoch[nl] {
+			behind = append(behind, fmt.Sprintf("%s/%s/%d", nl.node.MeshName, nl.node.RID, nl.lifecycle))
+		}
+	}
+	if len(behind) == 0 {
+		d.add("capacity epochs", checkOK, "%d node lifecycle(s) with capacity entries, each epoch current", len(newest))
+		return
+	}
+	slices.Sort(behind)
+	d.add("capacity epochs", checkWarn, "%d of %d node lifecycle(s) have capacity entries newer than their epoch (%s): "+
+		"written by a build that does not put capacity epochs; while such a writer runs, reservations on those nodes can "+
+		"over-admit — upgrade every writer (entries left from before an upgrade clear with the node's next capacity change)",
+		len(behind), len(newest), strings.Join(behind, ", "))
 }
 
 func doctorLimits(ctx context.Context, c *clientv3.Client, ns string, maxOps, maxBytes int, d *doctorView) {
