@@ -267,16 +267,23 @@ func (t rangeSpyTxn) count(ops []clientv3.Op) {
 	}
 }
 
+// rangeSpiedStore returns a store whose Txns with a range are counted, and a
+// fixture over it.
+func rangeSpiedStore(t *testing.T) (*etcdstore.Store, *conformance.Fixture, *atomic.Int64) {
+	t.Helper()
+	ranges := &atomic.Int64{}
+	c := server.Client(t)
+	c.KV = rangeSpyKV{c.KV, ranges}
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, c, etcdstore.Config{Clock: clock})
+	return s, conformance.NewFixture(t, harnessFor(s, clock)), ranges
+}
+
 // TestWatchedUsageNoRangePerReservation: once a node's usage is watched,
 // reservations on it (admitted, refused or in conflict) neither read nor
 // compare its capacity range, however many entries it holds.
 func TestWatchedUsageNoRangePerReservation(t *testing.T) {
-	var ranges atomic.Int64
-	c := server.Client(t)
-	c.KV = rangeSpyKV{c.KV, &ranges}
-	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, c, etcdstore.Config{Clock: clock})
-	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	s, fx, ranges := rangeSpiedStore(t)
 	for i := range 50 {
 		fx.Active(authority.ObjectActor, fmt.Sprintf("held-%d", i), conformance.TargetA)
 	}
@@ -300,12 +307,7 @@ func TestWatchedUsageNoRangePerReservation(t *testing.T) {
 // a compaction past it or a lost leader), the next reservation reads the
 // range again, decides exactly, and watches anew.
 func TestWatchedUsageRecoversFromFailedWatch(t *testing.T) {
-	var ranges atomic.Int64
-	c := server.Client(t)
-	c.KV = rangeSpyKV{c.KV, &ranges}
-	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, c, etcdstore.Config{Clock: clock})
-	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	s, fx, ranges := rangeSpiedStore(t)
 	s.SetCapacityPolicy(conformance.ActorLimit(3))
 	fx.Reserve(authority.ObjectActor, "a", conformance.TargetA)
 	require.Equal(t, 1, etcdstore.WatchedNodes(s))
@@ -329,12 +331,7 @@ func TestWatchedUsageRecoversFromFailedWatch(t *testing.T) {
 // epoch within its bound is dropped; the decision reads the range instead
 // and stays exact.
 func TestWatchedUsageStalledWatch(t *testing.T) {
-	var ranges atomic.Int64
-	c := server.Client(t)
-	c.KV = rangeSpyKV{c.KV, &ranges}
-	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, c, etcdstore.Config{Clock: clock})
-	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	s, fx, ranges := rangeSpiedStore(t)
 	s.SetCapacityPolicy(conformance.ActorLimit(2))
 	fx.Reserve(authority.ObjectActor, "a", conformance.TargetA)
 	// the epoch moves, and the watch sees no change of the range that would
