@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -259,7 +260,7 @@ func doctorCapacityEpochs(ctx context.Context, c *clientv3.Client, ns string, d 
 		d.add("capacity epochs", checkWarn, "cannot read the capacity entries: %v", err)
 		return
 	}
-	epochs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), clientv3.WithRev(rev))
+	epochs, _, err := etcdpage.All(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), rev, 500)
 	if err != nil {
 		d.add("capacity epochs", checkWarn, "cannot read the capacity epochs: %v", err)
 		return

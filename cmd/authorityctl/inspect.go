@@ -11,35 +11,17 @@ import (
 
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// rangeAll reads every key under prefix at one revision, in pages.
+// rangeAll reads every key under prefix at one revision, in pages (split
+// further when a page of large values would exceed the client's receive
+// limit).
 func rangeAll(ctx context.Context, c *clientv3.Client, prefix string, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
-	var out []*mvccpb.KeyValue
-	var rev int64
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	start := prefix
-	for {
-		o := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(500)}, opts...)
-		if rev > 0 {
-			o = append(o, clientv3.WithRev(rev))
-		}
-		resp, err := c.Get(ctx, start, o...)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		out = append(out, resp.Kvs...)
-		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
+	return etcdpage.All(ctx, c, prefix, 0, 500, opts...)
 }
 
 // raw runs f with a dialled client under --command-timeout.

@@ -222,8 +222,10 @@ func (s *Server) Config() clientv3.Config {
 // NewClient returns a new client of the server; the caller closes it. A
 // client of an external cluster refuses requests outside Root and records
 // its lease grants for Close.
-func (s *Server) NewClient() (*clientv3.Client, error) {
-	c, err := clientv3.New(s.Config())
+func (s *Server) NewClient() (*clientv3.Client, error) { return s.newClient(s.Config()) }
+
+func (s *Server) newClient(cfg clientv3.Config) (*clientv3.Client, error) {
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +239,20 @@ func (s *Server) NewClient() (*clientv3.Client, error) {
 func (s *Server) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
 	c, err := s.NewClient()
+	if err != nil {
+		t.Fatalf("etcdtest: client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// ClientWith returns a new client of the server whose configuration edit
+// changed (for example its message size limits), closed at t's cleanup.
+func (s *Server) ClientWith(t testing.TB, edit func(*clientv3.Config)) *clientv3.Client {
+	t.Helper()
+	cfg := s.Config()
+	edit(&cfg)
+	c, err := s.newClient(cfg)
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
 	}

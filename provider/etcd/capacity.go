@@ -2,10 +2,13 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -39,10 +42,33 @@ func (s *Store) sumUsage(node authority.NodeDescriptor, lifecycle int64, kvs []*
 	return u, nil
 }
 
-// capacityRangeOp reads every capacity entry of a node lifecycle.
+// capacityPage is how many capacity entries one range request reads: a
+// crowded node's entries are read in pages (capacityKvs), so no response
+// grows with the node (the client refuses one over its receive limit).
+var capacityPage int64 = 1000
+
+// capacityRangeOp reads the first capacityPage capacity entries of a node
+// lifecycle; capacityKvs reads the rest.
 func (s *Store) capacityRangeOp(node authority.NodeDescriptor, lifecycle int64) clientv3.Op {
 	p := s.keys.capacityNode(node, lifecycle)
-	return clientv3.OpGet(p, clientv3.WithRange(prefixEnd(p)))
+	return clientv3.OpGet(p, clientv3.WithRange(prefixEnd(p)), clientv3.WithLimit(capacityPage))
+}
+
+// capacityKvs returns every capacity entry of a node lifecycle at resp's
+// revision: the i-th response of resp (a capacityRangeOp) and, when it was
+// cut at capacityPage, the following pages read at the same revision.
+func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, i int, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
+	r := resp.Responses[i].GetResponseRange()
+	if !r.More || len(r.Kvs) == 0 {
+		return r.Kvs, nil
+	}
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	rest, err := etcdpage.Rest(rctx, s.kv, string(r.Kvs[len(r.Kvs)-1].Key), prefixEnd(s.keys.capacityNode(node, lifecycle)), resp.Header.Revision, capacityPage)
+	if err != nil {
+		return nil, mapError(err, false)
+	}
+	return append(r.Kvs[:len(r.Kvs):len(r.Kvs)], rest...), nil
 }
 
 // fenceCapacity adds to t the condition that no capacity entry of the node
@@ -83,11 +109,20 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 	if err := s.begin(ctx); err != nil {
 		return authority.CapacityUsage{}, err
 	}
-	resp, err := s.read(ctx, s.capacityRangeOp(node, lifecycleGeneration))
-	if err != nil {
-		return authority.CapacityUsage{}, err
+	var kvs []*mvccpb.KeyValue
+	for attempt := 0; ; attempt++ {
+		resp, err := s.read(ctx, s.capacityRangeOp(node, lifecycleGeneration))
+		if err != nil {
+			return authority.CapacityUsage{}, err
+		}
+		if kvs, err = s.capacityKvs(ctx, resp, 0, node, lifecycleGeneration); err == nil {
+			break
+		} else if !errors.Is(err, rpctypes.ErrCompacted) || attempt == 2 {
+			return authority.CapacityUsage{}, err
+		}
+		// compacted between the pages: read them again at a newer revision
 	}
-	u, err := s.sumUsage(node, lifecycleGeneration, rangeKvs(resp, 0))
+	u, err := s.sumUsage(node, lifecycleGeneration, kvs)
 	if err != nil {
 		return authority.CapacityUsage{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,6 +71,11 @@ func mapError(err error, write bool) error {
 		return unknownOr("timed out on the server")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return unknownOr("did not complete")
+	}
+	if etcdpage.TooLarge(err) {
+		// the reply, not the request: nothing on the server limits it
+		return authority.Wrap(authority.ErrLimitExceeded,
+			"the response exceeds the client's receive limit (MaxCallRecvMsgSize: 64 MiB on the client the store dials, else that of Config.Client)", err)
 	}
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {

@@ -83,3 +83,11 @@ func SetUsageWatchIdle(t interface{ Cleanup(func()) }, d time.Duration) {
 func UsageWatchCounts(s *Store) (started, running int64) {
 	return s.usage.started.Load(), s.usage.running.Load()
 }
+
+// SetCapacityPage sets how many capacity entries one range request reads,
+// until the test ends.
+func SetCapacityPage(t interface{ Cleanup(func()) }, n int64) {
+	old := capacityPage
+	capacityPage = n
+	t.Cleanup(func() { capacityPage = old })
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -108,13 +109,14 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 	if cursor != "" {
 		from = base + string(pos.After) + "\x00"
 	}
-	opts := []clientv3.OpOption{clientv3.WithRange(prefixEnd(base + prefix)), clientv3.WithLimit(int64(limit))}
-	if pos.Revision > 0 {
-		opts = append(opts, clientv3.WithRev(pos.Revision))
-	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	resp, err := s.kv.Get(rctx, from, opts...)
+	page, err := etcdpage.Read(rctx, s.kv, from, prefixEnd(base+prefix), pos.Revision, int64(limit))
+	for attempt := 0; err != nil && cursor == "" && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3; attempt++ {
+		// a first page read in parts (large rows) whose revision was
+		// compacted between them: a first page has no cursor to expire
+		page, err = etcdpage.Read(rctx, s.kv, from, prefixEnd(base+prefix), 0, int64(limit))
+	}
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return authority.ScanResult{Kind: authority.KindScanExpired}, nil
@@ -124,13 +126,10 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 		}
 		return authority.ScanResult{}, mapError(err, false)
 	}
-	rev := pos.Revision
-	if rev == 0 {
-		rev = resp.Header.Revision
-	}
+	rev := page.Revision
 	now := s.clock.Now()
-	out := authority.ScanResult{Kind: authority.KindPage, Items: make([]authority.ScanItem, 0, len(resp.Kvs))}
-	for _, kv := range resp.Kvs {
+	out := authority.ScanResult{Kind: authority.KindPage, Items: make([]authority.ScanItem, 0, len(page.Kvs))}
+	for _, kv := range page.Kvs {
 		key := authority.Key(strings.TrimPrefix(string(kv.Key), base))
 		r, err := s.decodeRow(key, kv)
 		if err != nil {
@@ -138,7 +137,7 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 		}
 		out.Items = append(out.Items, authority.ScanItem{Key: key, Snapshot: r.snapshot(now)})
 	}
-	if resp.More && len(out.Items) > 0 {
+	if page.More && len(out.Items) > 0 {
 		out.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
 			Scope: s.keys.ns, Prefix: prefix, Revision: rev, After: out.Items[len(out.Items)-1].Key,
 		})

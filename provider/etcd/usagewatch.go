@@ -11,6 +11,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -113,13 +114,21 @@ func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
 
 // usageAt returns the usage of ur's node at resp's revision (a copy the
 // caller may change) and the epoch it is exact at. ok is false when the
-// usage is not known at that revision (the watch moved past it or failed):
+// usage is not known at that revision (the watch moved past it or failed, or
+// the revision was compacted before the range's later pages were read):
 // the caller reads again with the range (addUsageReads with fullRange).
 func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usageRead) (u nodeUsage, epoch int64, ok bool, err error) {
 	epoch = epochOf(resp, ur)
 	prefix := s.keys.capacityNode(ur.node, ur.lifecycle)
 	if ur.rangeIx >= 0 {
-		u, err := s.sumUsage(ur.node, ur.lifecycle, rangeKvs(resp, ur.rangeIx))
+		kvs, err := s.capacityKvs(ctx, resp, ur.rangeIx, ur.node, ur.lifecycle)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nodeUsage{}, 0, false, nil // read again, at a newer revision
+		}
+		if err != nil {
+			return nodeUsage{}, 0, false, err
+		}
+		u, err := s.sumUsage(ur.node, ur.lifecycle, kvs)
 		if err != nil {
 			return nodeUsage{}, 0, false, err
 		}

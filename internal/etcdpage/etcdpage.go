@@ -1,0 +1,112 @@
+// Package etcdpage reads etcd key ranges in pages that fit the client's
+// receive limit (MaxCallRecvMsgSize). A range whose values are large (rows
+// with 1 MiB payloads, terminal envelopes, aggregate records) can make a
+// response of a few hundred keys larger than that limit; gRPC then refuses
+// the whole response and the same read fails on every retry. Read splits
+// such a read into smaller ones at the same revision, so every range stays
+// readable whatever its values hold.
+package etcdpage
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Page is the outcome of Read.
+type Page struct {
+	// Kvs are the keys read, in key order.
+	Kvs []*mvccpb.KeyValue
+	// Revision is the revision the page was read at.
+	Revision int64
+	// More says keys of the range follow the last one read.
+	More bool
+}
+
+// Read reads up to limit keys of [from, end) at rev (0: the current
+// revision; the page then reports the one it read at), with opts added to
+// every range request. A response the client refuses as over its receive
+// limit is read again in halves (one key at a time at worst); only a single
+// key over the limit fails, with the client's error (see TooLarge).
+func Read(ctx context.Context, kv clientv3.KV, from, end string, rev int64, limit int64, opts ...clientv3.OpOption) (Page, error) {
+	var p Page
+	p.Revision = rev
+	step := limit
+	for int64(len(p.Kvs)) < limit {
+		o := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(min(step, limit-int64(len(p.Kvs))))}, opts...)
+		if p.Revision > 0 {
+			o = append(o, clientv3.WithRev(p.Revision))
+		}
+		resp, err := kv.Get(ctx, from, o...)
+		if err != nil {
+			if TooLarge(err) && step > 1 {
+				step /= 2
+				continue
+			}
+			return Page{}, err
+		}
+		if p.Revision == 0 {
+			p.Revision = resp.Header.Revision
+		}
+		p.Kvs = append(p.Kvs, resp.Kvs...)
+		if p.More = resp.More && len(resp.Kvs) > 0; !p.More {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return p, nil
+}
+
+// Rest reads every key after last up to end at rev, pageSize keys a request:
+// the continuation of a range a Txn read with a limit (last is the key the
+// Txn's range ended on).
+func Rest(ctx context.Context, kv clientv3.KV, last, end string, rev int64, pageSize int64, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, error) {
+	var out []*mvccpb.KeyValue
+	from := last + "\x00"
+	for {
+		p, err := Read(ctx, kv, from, end, rev, pageSize, opts...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Kvs...)
+		if !p.More {
+			return out, nil
+		}
+		from = string(p.Kvs[len(p.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// All reads every key under prefix at one revision (rev, or the current one
+// when 0), pageSize keys a request, and returns them with that revision.
+func All(ctx context.Context, kv clientv3.KV, prefix string, rev int64, pageSize int64, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
+	p, err := Read(ctx, kv, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, pageSize, opts...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !p.More {
+		return p.Kvs, p.Revision, nil
+	}
+	rest, err := Rest(ctx, kv, string(p.Kvs[len(p.Kvs)-1].Key), clientv3.GetPrefixRangeEnd(prefix), p.Revision, pageSize, opts...)
+	if err != nil {
+		return nil, 0, err
+	}
+	return append(p.Kvs, rest...), p.Revision, nil
+}
+
+// TooLarge reports whether err is the client refusing a response over its
+// receive limit (gRPC ResourceExhausted "received message larger than
+// max"), as opposed to the server's own ResourceExhausted answers (too many
+// requests, database space exceeded).
+func TooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrNoSpace) {
+		return false
+	}
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "received message")
+}
