@@ -158,6 +158,16 @@ func ValidateCommit(req CommitRequest) (Key, error) {
 // ValidateAbort checks an abort request and returns the encoded key.
 func ValidateAbort(req AbortRequest) (Key, error) { return validateObjectKey(req.Key) }
 
+// ValidateTerminalExpiry checks that a creation terminal expiring at
+// expiresAt is still live at now. A provider that validated a request before
+// waiting for its write to take effect checks again at the write's time.
+func ValidateTerminalExpiry(expiresAt, now time.Time) error {
+	if !expiresAt.After(now) {
+		return Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
+	}
+	return nil
+}
+
 // ValidateCompleteCreation checks a completeCreation request against the
 // store's clock and returns the encoded key and the terminal record it
 // publishes (expiring at the operation deadline plus five minutes).
@@ -196,8 +206,8 @@ func ValidateCompleteCreation(req CompleteCreationRequest, now time.Time) (Key, 
 		return "", nil, Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
 	}
 	expiresAt := pub.OperationDeadline.Add(CreationTerminalRetention)
-	if !expiresAt.After(now) {
-		return "", nil, Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
+	if err := ValidateTerminalExpiry(expiresAt, now); err != nil {
+		return "", nil, err
 	}
 	if err := RequireText(req.ReservationID, "creation reservation ID"); err != nil {
 		return "", nil, err

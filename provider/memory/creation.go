@@ -221,14 +221,19 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{}, err
 	}
 	// Validation hashes the envelope (up to 1 MiB): do it before locking,
-	// against the clock read now.
-	now := s.clock.Now()
-	key, record, err := authority.ValidateCompleteCreation(req, now)
+	// against the clock read now; the expiry is checked again at the time
+	// the completion takes effect (the lock may have been waited for).
+	key, record, err := authority.ValidateCompleteCreation(req, s.clock.Now())
 	if err != nil {
 		return authority.CompleteCreationResult{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.clock.Now()
+	if err := authority.ValidateTerminalExpiry(record.ExpiresAt, now); err != nil {
+		return authority.CompleteCreationResult{}, err
+	}
+	record.StoreNow = now
 	s.sweep(now)
 	opKey := record.Operation.Key()
 	if existing := s.operationTerminals[opKey]; existing != nil && existing.ExpiresAt.After(now) {
