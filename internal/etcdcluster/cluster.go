@@ -94,12 +94,39 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.ElectionMs = 500
 	}
 	dir := t.TempDir() // before Cleanup: removed after the members are dead
-	c := &Cluster{t: t, opts: opts, token: randomToken()}
-	t.Cleanup(c.close)
+	for attempt := 1; ; attempt++ {
+		c := &Cluster{t: t, opts: opts, token: randomToken()}
+		err := c.launch(dir)
+		if err == nil {
+			t.Cleanup(c.close)
+			return c
+		}
+		if !c.portTaken() || attempt == startAttempts {
+			t.Cleanup(c.close)
+			t.Fatalf("etcdcluster: %v", err)
+		}
+		// another process bound a member's port between freePorts' check
+		// and the member's bind: start afresh on other ports
+		c.close()
+		for _, m := range c.members {
+			_ = os.RemoveAll(m.dataDir)
+			_ = os.Remove(m.logPath)
+		}
+		t.Logf("etcdcluster: a member's port was taken by another process (attempt %d); starting on other ports", attempt)
+	}
+}
 
-	ports, err := freePorts(2 * opts.Members)
+// startAttempts bounds how often Start draws new ports after a member found
+// its port taken.
+const startAttempts = 3
+
+// launch draws the members' ports, starts their proxies and processes in
+// dir, and waits until every member is ready.
+func (c *Cluster) launch(dir string) error {
+	opts := c.opts
+	ports, err := drawPorts(2 * opts.Members)
 	if err != nil {
-		t.Fatalf("etcdcluster: %v", err)
+		return err
 	}
 	for i := 0; i < opts.Members; i++ {
 		m := &member{
@@ -115,12 +142,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for _, m := range c.members {
 		p, err := newProxy(strings.TrimPrefix(m.clientURL, "http://"))
 		if err != nil {
-			t.Fatalf("etcdcluster: proxy: %v", err)
+			return fmt.Errorf("proxy: %w", err)
 		}
 		m.proxy = p
 		m.direct, err = newClient([]string{m.clientURL})
 		if err != nil {
-			t.Fatalf("etcdcluster: client: %v", err)
+			return fmt.Errorf("client: %w", err)
 		}
 	}
 	initialCluster := c.initialCluster()
@@ -128,10 +155,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for _, m := range c.members {
 		go func() { errs <- c.startMember(m, initialCluster) }()
 	}
+	var first error
 	for range c.members {
-		if err := <-errs; err != nil {
-			t.Fatalf("etcdcluster: %v", err)
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
+	}
+	if first != nil {
+		return first
 	}
 	deadline := time.After(readyTimeout)
 	for _, m := range c.members {
@@ -141,12 +172,22 @@ func Start(t testing.TB, opts Options) *Cluster {
 		select {
 		case <-p.ready:
 		case <-p.exited:
-			t.Fatalf("etcdcluster: member %s exited during start-up (%v); see %s", m.name, p.err, m.logPath)
+			return fmt.Errorf("member %s exited during start-up (%v); see %s", m.name, p.err, m.logPath)
 		case <-deadline:
-			t.Fatalf("etcdcluster: cluster not ready within %v", readyTimeout)
+			return fmt.Errorf("cluster not ready within %v", readyTimeout)
 		}
 	}
-	return c
+	return nil
+}
+
+// portTaken reports whether a member failed because its port was in use.
+func (c *Cluster) portTaken() bool {
+	for _, m := range c.members {
+		if strings.Contains(logTail(m.logPath, logTailOnError), "address already in use") {
+			return true
+		}
+	}
+	return false
 }
 
 // startMember starts m's process (new cluster the first time, existing
@@ -506,6 +547,9 @@ func logTail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// drawPorts is freePorts; a test replaces it to take a port away.
+var drawPorts = freePorts
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
 //

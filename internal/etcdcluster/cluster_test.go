@@ -275,3 +275,29 @@ func TestMemberExitsWhenParentGoes(t *testing.T) {
 	}
 	require.ErrorIs(t, syscall.Kill(p.cmd.Process.Pid, 0), syscall.ESRCH)
 }
+
+// TestStartDrawsNewPortsWhenOneIsTaken: a port taken by another process
+// between freePorts' check and a member's bind (other test binaries start
+// clusters at the same time) makes Start draw new ports, not fail.
+func TestStartDrawsNewPortsWhenOneIsTaken(t *testing.T) {
+	var taken net.Listener
+	draws := 0
+	drawPorts = func(n int) ([]int, error) {
+		ports, err := freePorts(n)
+		if err == nil && draws == 0 {
+			taken, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ports[1])) // m0's client port
+		}
+		draws++
+		return ports, err
+	}
+	t.Cleanup(func() { drawPorts = freePorts })
+	c := Start(t, Options{})
+	require.NotNil(t, taken)
+	defer taken.Close()
+	require.Equal(t, 2, draws)
+	for _, m := range c.members {
+		require.NotContains(t, m.clientURL, taken.Addr().String())
+	}
+	cli := c.Client(t)
+	require.NoError(t, putEventually(testContext(t), cli, "k", "v"))
+}
