@@ -67,36 +67,30 @@ func Read(ctx context.Context, kv clientv3.KV, from, end string, rev int64, limi
 // the continuation of a range a Txn read with a limit (last is the key the
 // Txn's range ended on).
 func Rest(ctx context.Context, kv clientv3.KV, last, end string, rev int64, pageSize int64, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, error) {
-	var out []*mvccpb.KeyValue
-	from := last + "\x00"
-	for {
-		p, err := Read(ctx, kv, from, end, rev, pageSize, opts...)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Kvs...)
-		if !p.More {
-			return out, nil
-		}
-		from = string(p.Kvs[len(p.Kvs)-1].Key) + "\x00"
-	}
+	kvs, _, err := readAll(ctx, kv, last+"\x00", end, rev, pageSize, opts)
+	return kvs, err
 }
 
 // All reads every key under prefix at one revision (rev, or the current one
 // when 0), pageSize keys a request, and returns them with that revision.
 func All(ctx context.Context, kv clientv3.KV, prefix string, rev int64, pageSize int64, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
-	p, err := Read(ctx, kv, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, pageSize, opts...)
-	if err != nil {
-		return nil, 0, err
+	return readAll(ctx, kv, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, pageSize, opts)
+}
+
+// readAll reads [from, end) to its end in pages of pageSize at one revision.
+func readAll(ctx context.Context, kv clientv3.KV, from, end string, rev int64, pageSize int64, opts []clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
+	var out []*mvccpb.KeyValue
+	for {
+		p, err := Read(ctx, kv, from, end, rev, pageSize, opts...)
+		if err != nil {
+			return nil, 0, err
+		}
+		out, rev = append(out, p.Kvs...), p.Revision
+		if !p.More {
+			return out, rev, nil
+		}
+		from = string(p.Kvs[len(p.Kvs)-1].Key) + "\x00"
 	}
-	if !p.More {
-		return p.Kvs, p.Revision, nil
-	}
-	rest, err := Rest(ctx, kv, string(p.Kvs[len(p.Kvs)-1].Key), clientv3.GetPrefixRangeEnd(prefix), p.Revision, pageSize, opts...)
-	if err != nil {
-		return nil, 0, err
-	}
-	return append(p.Kvs, rest...), p.Revision, nil
 }
 
 // TooLarge reports whether err is the client refusing a response over its

@@ -75,8 +75,9 @@ func TestListPagesOverReceiveLimit(t *testing.T) {
 // limit is ErrLimitExceeded naming that limit (not the server's request
 // limit), for a read and for a listing.
 func TestRowOverReceiveLimit(t *testing.T) {
-	writer := newStore(t, nil, etcdstore.Config{Clock: authority.NewManualClock(testEpoch)})
-	wfx := conformance.NewFixture(t, harnessFor(writer, authority.NewManualClock(testEpoch)))
+	clock := authority.NewManualClock(testEpoch)
+	writer := newStore(t, nil, etcdstore.Config{Clock: clock})
+	wfx := conformance.NewFixture(t, harnessFor(writer, clock))
 	snap := wfx.Active(authority.ObjectUserSpot, "huge", conformance.TargetA)
 	key := wfx.Key(authority.ObjectUserSpot, "huge")
 	wfx.Put(key, snap.StoreVersion, bytes.Repeat([]byte("h"), smallReceiveLimit+1))
