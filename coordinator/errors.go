@@ -111,15 +111,16 @@ func newError(kind ErrorKind, message string, retryable bool, cause error) *Erro
 }
 
 // failure converts err from an operation running under ctx: an *Error passes
-// through; a passed deadline becomes KindDeadlineExceeded (retryable); a
-// cancelled context passes through; anything else becomes kind with message.
+// through; a passed deadline becomes KindDeadlineExceeded (retryable) naming
+// the operation message describes; a cancelled context passes through;
+// anything else becomes kind with message.
 func failure(ctx context.Context, kind ErrorKind, message string, err error) error {
 	var e *Error
 	if errors.As(err, &e) {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded {
-		return deadlineExceeded(err)
+		return newError(KindDeadlineExceeded, deadlineMessage(message), true, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
@@ -127,13 +128,27 @@ func failure(ctx context.Context, kind ErrorKind, message string, err error) err
 	return newError(kind, message, false, err)
 }
 
-func deadlineExceeded(cause error) error {
-	return newError(KindDeadlineExceeded, "User Spot creation exceeded its end-to-end deadline.", true, cause)
+// deadlineMessage turns a failure message ("Instance authority read
+// failed.") into the message of the same operation running out of time
+// ("Instance authority read exceeded its deadline.").
+func deadlineMessage(message string) string {
+	op, ok := strings.CutSuffix(message, " failed.")
+	if !ok {
+		op = strings.TrimSuffix(message, ".")
+	}
+	return op + " exceeded its deadline."
 }
 
-// asDeadline turns a bare context deadline error into KindDeadlineExceeded and
-// leaves everything else alone.
-func asDeadline(err error) error {
+// Operations named by the deadline errors of a whole call.
+const (
+	opUserSpotCreation   = "User Spot creation"
+	opInstanceActivation = "Instance activation"
+)
+
+// asDeadline turns a bare context deadline error into KindDeadlineExceeded
+// naming op ("User Spot creation exceeded its end-to-end deadline.", the
+// seed's message) and leaves everything else alone.
+func asDeadline(err error, op string) error {
 	if err == nil {
 		return nil
 	}
@@ -141,12 +156,16 @@ func asDeadline(err error) error {
 	var r *RollbackError
 	if errors.As(err, &r) {
 		if !errors.As(r.Err, &e) && errors.Is(r.Err, context.DeadlineExceeded) {
-			r.Err = deadlineExceeded(r.Err)
+			r.Err = endToEndDeadline(op, r.Err)
 		}
 		return r
 	}
 	if !errors.As(err, &e) && errors.Is(err, context.DeadlineExceeded) {
-		return deadlineExceeded(err)
+		return endToEndDeadline(op, err)
 	}
 	return err
+}
+
+func endToEndDeadline(op string, cause error) error {
+	return newError(KindDeadlineExceeded, op+" exceeded its end-to-end deadline.", true, cause)
 }

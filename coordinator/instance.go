@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -260,8 +261,17 @@ func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activatio
 	if err != nil {
 		return ReserveOutcome{}, failure(ctx, KindRequestFailed, "Relocation Store put failed.", err)
 	}
+	if stored.Reference == "" {
+		return ReserveOutcome{}, newError(KindIntegrity, "Relocation Store returned an invalid creation request receipt.", false, nil)
+	}
 	storedRead, err := rs.Read(ctx, stored.Reference)
-	if err != nil || stored.Reference == "" || !stored.ExpiresAt.After(stored.StoreNow) ||
+	if err != nil {
+		// The receipt could not be checked, not found wrong: the failure is the
+		// read's (retryable when it was the deadline).
+		a.deleteOrphan(ctx, stored.Reference)
+		return ReserveOutcome{}, failure(ctx, KindRequestFailed, "Relocation Store read of the creation request failed.", err)
+	}
+	if !stored.ExpiresAt.After(stored.StoreNow) ||
 		storedRead.Kind != authority.KindFound ||
 		CRC32C(storedRead.Bytes) != CRC32C(requestBytes) || !bytes.Equal(storedRead.Bytes, requestBytes) {
 		a.deleteOrphan(ctx, stored.Reference)
@@ -284,7 +294,13 @@ func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activatio
 			Capacity:        spotCapacity(authority.ObjectInstanceSpot, target.StableType),
 		})
 		if err != nil {
-			a.deleteOrphan(ctx, stored.Reference)
+			// A reservation whose outcome is unknown may have been applied and
+			// may publish the envelope: keep the blob (its retention reclaims
+			// it if not), since a reserved row without its envelope cannot be
+			// recovered.
+			if !errors.Is(err, authority.ErrOutcomeUnknown) {
+				a.deleteOrphan(ctx, stored.Reference)
+			}
 			return ReserveOutcome{}, failure(ctx, KindRequestFailed, "Instance activation reservation Store operation failed.", err)
 		}
 		if reserved.Kind == authority.KindConflict || reserved.Kind == authority.KindAlreadyExists {
@@ -623,7 +639,7 @@ func (a *InstanceActivationAuthority) awaitConcurrentActivation(ctx context.Cont
 		}
 		if err := waitForChange(wctx, a.opts.Store, key, seenVersion(cur), a.opts.PollInterval); err != nil {
 			if ctx.Err() != nil {
-				return RouteFence{}, asDeadline(ctx.Err())
+				return RouteFence{}, asDeadline(ctx.Err(), opInstanceActivation)
 			}
 			break
 		}
@@ -659,7 +675,7 @@ func (a *InstanceActivationAuthority) awaitClosingRelease(ctx context.Context, k
 		}
 		if err := waitForChange(wctx, a.opts.Store, key, seenVersion(cur), a.opts.PollInterval); err != nil {
 			if ctx.Err() != nil {
-				return asDeadline(ctx.Err())
+				return asDeadline(ctx.Err(), opInstanceActivation)
 			}
 			break
 		}

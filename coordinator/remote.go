@@ -99,13 +99,15 @@ func (c *UserSpotCoordinator) HandleRemoteCreate(ctx context.Context, req Remote
 	}
 	c.mu.Unlock()
 	if first {
-		c.run(ctx, c.remote, key, a, req, materialize, discard)
+		c.run(ctx, false, key, a, req, materialize, discard)
 	}
 	return a.wait(ctx)
 }
 
 // handleLocalCreate runs a local creation, de-duplicated by reservation ID.
-func (c *UserSpotCoordinator) handleLocalCreate(ctx context.Context, req RemoteCreate, materialize RemoteMaterializeFunc, discard DiscardFunc) (CreateResult, error) {
+// registered is called once the admission is in c.local (the caller leaves
+// the Spot's gate there).
+func (c *UserSpotCoordinator) handleLocalCreate(ctx context.Context, req RemoteCreate, materialize RemoteMaterializeFunc, discard DiscardFunc, registered func()) (CreateResult, error) {
 	key := req.Reservation.ReservationID
 	c.mu.Lock()
 	a := c.local[key]
@@ -115,21 +117,11 @@ func (c *UserSpotCoordinator) handleLocalCreate(ctx context.Context, req RemoteC
 		c.local[key] = a
 	}
 	c.mu.Unlock()
+	registered()
 	if first {
-		c.run(ctx, c.local, key, a, req, materialize, discard)
+		c.run(ctx, true, key, a, req, materialize, discard)
 	}
 	return a.wait(ctx)
-}
-
-// run performs the admitted creation and releases its admission.
-func (c *UserSpotCoordinator) run(ctx context.Context, table map[string]*admission, key string, a *admission, req RemoteCreate, materialize RemoteMaterializeFunc, discard DiscardFunc) {
-	a.result, a.err = c.materializeRemoteCreate(ctx, req, materialize, discard)
-	c.mu.Lock()
-	if table[key] == a {
-		delete(table, key)
-	}
-	c.mu.Unlock()
-	close(a.done)
 }
 
 // exactIdentity reports whether s is the row req reserved.
@@ -195,49 +187,68 @@ func (c *UserSpotCoordinator) materializeRemoteCreate(ctx context.Context, req R
 		ReservationID: pending.ReservationID, ExpectedStoreVersion: current.StoreVersion, Target: target,
 	}
 
-	local, err := c.materializeAndCommit(ctx, req, materialize, discard, payload, current, target, abortReq)
+	var out createOutcome
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// materialize, a hook or a publication panicked: roll back as the seed
+		// does for a thrown error, then let the panic go on.
+		if out.pub != nil {
+			out.pub.Abort()
+		}
+		c.rollback(ctx, abortReq, discard, out.commitUnknown)
+	}()
+	err = c.materializeAndCommit(ctx, req, materialize, discard, payload, current, target, abortReq, &out)
+	returned = true
 	if err == nil {
-		return local.CreateResult, nil
+		return out.CreateResult, nil
 	}
-	if local.pub != nil {
-		local.pub.Abort()
+	if out.pub != nil {
+		out.pub.Abort()
 	}
-	if cleanup := c.rollback(ctx, abortReq, discard); len(cleanup) > 0 {
+	if cleanup := c.rollback(ctx, abortReq, discard, out.commitUnknown); len(cleanup) > 0 {
 		return CreateResult{}, &RollbackError{Err: err, Cleanup: cleanup}
 	}
 	return CreateResult{}, err
 }
 
-// createOutcome is a CreateResult plus the publication to abort on failure.
-type createOutcome = struct {
+// createOutcome is what materializeAndCommit got to: its result, the
+// publication to abort on failure, and whether a Ready commit may have been
+// applied although its outcome is unknown.
+type createOutcome struct {
 	CreateResult
-	pub Publication
+	pub           Publication
+	commitUnknown bool
 }
 
+// materializeAndCommit runs materialize and commits (or, when rejected,
+// aborts) the reservation, recording its progress in out.
 func (c *UserSpotCoordinator) materializeAndCommit(ctx context.Context, req RemoteCreate, materialize RemoteMaterializeFunc, discard DiscardFunc,
-	payload []byte, current *authority.Snapshot, target authority.CreationTarget, abortReq authority.AbortRequest,
-) (createOutcome, error) {
+	payload []byte, current *authority.Snapshot, target authority.CreationTarget, abortReq authority.AbortRequest, out *createOutcome,
+) error {
 	spot := refOf(current, req.SpotID)
 	local, err := materialize(ctx, payload, current)
 	if err != nil {
-		return createOutcome{}, err
+		return err
 	}
-	out := createOutcome{pub: local.Publication}
+	out.pub = local.Publication
 	if local.State == Rejected {
 		if local.Publication != nil {
 			local.Publication.Abort()
 			out.pub = nil
 		}
 		if _, err := c.opts.Store.Abort(ctx, abortReq); err != nil {
-			return out, failure(ctx, KindRequestFailed, "User Spot abort Store operation failed.", err)
+			return failure(ctx, KindRequestFailed, "User Spot abort Store operation failed.", err)
 		}
 		if discard != nil {
 			if err := discard(ctx); err != nil {
-				return out, err
+				return err
 			}
 		}
 		out.CreateResult = CreateResult{Spot: spot, State: local.State, Reply: local.Reply}
-		return out, nil
+		return nil
 	}
 	ready, err := EncodeUserSpotPayload(Payload{
 		State: StateReady, StableType: req.StableType, SpotID: req.SpotID,
@@ -245,18 +256,23 @@ func (c *UserSpotCoordinator) materializeAndCommit(ctx context.Context, req Remo
 		OwnerMeshName: target.MeshName, OwnerNodeRID: target.NodeRID, OwnerNodeGeneration: target.NodeLifecycleGeneration,
 	})
 	if err != nil {
-		return out, err
+		return err
 	}
-	committed, err := c.opts.Store.Commit(ctx, authority.CommitRequest{
+	commitReq := authority.CommitRequest{
 		Key:           abortReq.Key,
 		ReservationID: abortReq.ReservationID, ExpectedStoreVersion: current.StoreVersion,
 		Target: target, ReadyPayload: ready,
-	})
+	}
+	committed, err := c.opts.Store.Commit(ctx, commitReq)
+	if errors.Is(err, authority.ErrOutcomeUnknown) {
+		committed, err = c.resendCommit(ctx, commitReq, err)
+	}
 	if err != nil {
-		return out, failure(ctx, KindRequestFailed, "User Spot Ready commit Store operation failed.", err)
+		out.commitUnknown = errors.Is(err, authority.ErrOutcomeUnknown)
+		return failure(ctx, KindRequestFailed, "User Spot Ready commit Store operation failed.", err)
 	}
 	if committed.Kind != authority.KindCommitted && committed.Kind != authority.KindAlreadyCommitted {
-		return out, newError(KindRequestFailed, fmt.Sprintf("Remote User Spot Ready commit failed: %s.", committed.Kind), false, nil)
+		return newError(KindRequestFailed, fmt.Sprintf("Remote User Spot Ready commit failed: %s.", committed.Kind), false, nil)
 	}
 	spot.ObjectGeneration = committed.Ready.ObjectGeneration
 	c.publishReadyRoute(req.SpotID, committed.Ready)
@@ -264,16 +280,64 @@ func (c *UserSpotCoordinator) materializeAndCommit(ctx context.Context, req Remo
 		local.Publication.Publish()
 	}
 	out.CreateResult = CreateResult{Spot: spot, State: local.State, Reply: local.Reply}
-	return out, nil
+	return nil
+}
+
+// resendCommit re-sends a Ready commit whose outcome is unknown (first, the
+// error it got) until the store answers it, for at most the cleanup timeout
+// and not bounded by ctx: the creation's deadline may be what cut the first
+// one short. A commit is idempotent (an applied one answers
+// alreadyCommitted), so a definite answer settles the creation either way,
+// where a rollback would discard a Spot whose commit was applied. While no
+// answer comes, the outcome stays unknown: the returned error is first.
+func (c *UserSpotCoordinator) resendCommit(ctx context.Context, req authority.CommitRequest, first error) (authority.CommitResult, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CleanupTimeout)
+	defer cancel()
+	pause := time.Millisecond
+	for {
+		res, err := c.opts.Store.Commit(cctx, req)
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, authority.ErrOutcomeUnknown) && !errors.Is(err, authority.ErrUnavailable) {
+			return res, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-cctx.Done():
+			t.Stop()
+			return authority.CommitResult{}, first
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
 }
 
 // rollback aborts the reservation and discards the materialized object
 // concurrently, each bounded by the cleanup timeout (which is not bounded by
 // ctx: the creation's own deadline may be what failed it). It returns the
-// cleanup failures.
-func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.AbortRequest, discard DiscardFunc) []error {
+// cleanup failures. When commitUnknown, a Ready commit may have been applied:
+// the object is discarded only once the abort proves the reservation was
+// aborted, since discarding the object of a committed Spot would leave a
+// Ready row with nothing behind it.
+func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.AbortRequest, discard DiscardFunc, commitUnknown bool) []error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CleanupTimeout)
 	defer cancel()
+	if commitUnknown {
+		res, err := c.opts.Store.Abort(cctx, abortReq)
+		switch {
+		case err != nil:
+			return []error{err, errObjectKept}
+		case res.Kind != authority.KindAborted && res.Kind != authority.KindAlreadyAborted:
+			return []error{fmt.Errorf("User Spot creation abort answered %s: %w", res.Kind, errObjectKept)}
+		case discard == nil:
+			return nil
+		}
+		if err := discard(cctx); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
 	results := make(chan error, 2)
 	go func() {
 		_, err := c.opts.Store.Abort(cctx, abortReq)
@@ -307,6 +371,11 @@ func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.A
 	}
 	return errs
 }
+
+// errObjectKept is the cleanup failure of a creation whose Ready commit may
+// have been applied and whose reservation could not be proven aborted: the
+// materialized object was kept, not discarded. Reading the row tells which.
+var errObjectKept = errors.New("the Ready commit's outcome is unknown and the reservation was not proven aborted: the materialized object was kept")
 
 // remoteCreate asks the target node, through the Transport, to materialize
 // the Spot reserved there.

@@ -143,23 +143,7 @@ type UserSpotCoordinator struct {
 	mu     sync.Mutex
 	local  map[string]*admission // by reservation ID
 	remote map[string]*admission // by spot ID NUL reservation ID
-}
-
-// admission is one in-flight creation that concurrent callers share.
-type admission struct {
-	fingerprint fingerprint
-	done        chan struct{}
-	result      CreateResult
-	err         error
-}
-
-func (a *admission) wait(ctx context.Context) (CreateResult, error) {
-	select {
-	case <-a.done:
-		return a.result, a.err
-	case <-ctx.Done():
-		return CreateResult{}, ctx.Err()
-	}
+	gates  map[string]*spotGate  // by spot ID
 }
 
 // NewUserSpotCoordinator returns a coordinator over opts.Store.
@@ -173,7 +157,7 @@ func NewUserSpotCoordinator(opts UserSpotOptions) (*UserSpotCoordinator, error) 
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = defaultPollInterval
 	}
-	return &UserSpotCoordinator{opts: opts, local: map[string]*admission{}, remote: map[string]*admission{}}, nil
+	return &UserSpotCoordinator{opts: opts, local: map[string]*admission{}, remote: map[string]*admission{}, gates: map[string]*spotGate{}}, nil
 }
 
 // GetOrCreate returns the User Spot req names, creating it if needed. The
@@ -206,10 +190,10 @@ func (c *UserSpotCoordinator) GetOrCreate(ctx context.Context, req CreateRequest
 		return CreateResult{}, authority.Invalid("User Spot creation requires an end-to-end deadline.")
 	}
 	if err := ctx.Err(); err != nil {
-		return CreateResult{}, asDeadline(err)
+		return CreateResult{}, asDeadline(err, opUserSpotCreation)
 	}
 	res, err := c.getOrCreate(ctx, deadline, req, materialize, discard)
-	return res, asDeadline(err)
+	return res, asDeadline(err, opUserSpotCreation)
 }
 
 func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Time, req CreateRequest, materialize MaterializeFunc, discard DiscardFunc) (CreateResult, error) {
@@ -221,6 +205,11 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 		authTarget authority.CreationTarget
 		reserved   authority.ReserveResult
 	)
+	// unlock leaves the Spot's gate, entered before a local Reserve; it is
+	// called as soon as the outcome no longer needs it, and at the latest on
+	// return.
+	unlock := func() {}
+	defer func() { unlock() }()
 	for {
 		var ok bool
 		var err error
@@ -246,6 +235,12 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 		if err != nil {
 			return CreateResult{}, failure(ctx, KindRequestFailed, "User Spot placement target is invalid.", err)
 		}
+		if target.IsLocal {
+			if unlock, err = c.lockSpot(ctx, req.SpotID); err != nil {
+				unlock = func() {}
+				return CreateResult{}, err
+			}
+		}
 		reserved, err = c.opts.Store.Reserve(ctx, authority.ReserveRequest{
 			Key: authority.ObjectKey{Kind: authority.ObjectUserSpot, GlobalID: req.SpotID},
 			Intent: authority.CreationIntent{
@@ -262,6 +257,7 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 		if reserved.Kind != authority.KindPlacementCapacityExhausted {
 			break
 		}
+		unlock()
 		excluded[target.NodeRID] = true
 	}
 
@@ -297,6 +293,7 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 				admitted = c.local[p.ReservationID]
 				c.mu.Unlock()
 			}
+			unlock()
 			if admitted != nil {
 				res, err := admitted.wait(ctx)
 				if err == nil && res.State == Created {
@@ -305,6 +302,7 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 				return res, err
 			}
 		}
+		unlock()
 		spot, err := c.awaitReady(ctx, req)
 		if err != nil {
 			return CreateResult{}, err
@@ -327,7 +325,7 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 	}
 	return c.handleLocalCreate(ctx, rec, func(ctx context.Context, _ []byte, creating *authority.Snapshot) (Materialized, error) {
 		return materialize(ctx, target, creating)
-	}, discard)
+	}, discard, unlock)
 }
 
 // awaitReady waits until the Spot is Ready (the seed polls; this waits on the
