@@ -31,6 +31,7 @@ func RunAll(t *testing.T, f Factory) {
 		{"WaitForChange", RunTestWaitForChange},
 		{"RelocationStore", RunTestRelocationStore},
 		{"Retention", RunTestRetention},
+		{"GenerationExhausted", RunTestGenerationExhausted},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, f) })
@@ -66,5 +67,13 @@ func needClock(t *testing.T, fx *Fixture) {
 	t.Helper()
 	if fx.H.AdvanceClock == nil {
 		t.Skip("provider cannot advance its clock")
+	}
+}
+
+// needGenerations skips t when the provider cannot move its counters.
+func needGenerations(t *testing.T, fx *Fixture) {
+	t.Helper()
+	if fx.H.LeaveGenerations == nil {
+		t.Skip("provider cannot move its generation counters")
 	}
 }
