@@ -117,6 +117,34 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), fx.Publication())
 			stale(t, fx, r.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication()))
 		}},
+		{"RetryAfterKeyRecreatedAnswersFirstTerminal", func(t *testing.T, fx *Fixture) {
+			// The live terminal of the operation answers first, whatever
+			// happened to the row since; the new reservation is untouched.
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			pub := fx.Publication()
+			first := fx.MustComplete(r1, authority.TerminalCreated, []byte("ready"), pub)
+			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, first.Ready.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, del.Kind)
+			r2 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			before := fx.State()
+			res := complete(t, fx, r1.CompleteRequest(authority.TerminalCreated, []byte("ready"), pub))
+			require.Equal(t, authority.KindAlreadyCompleted, res.Kind)
+			require.Nil(t, res.Ready)
+			requireTerminal(t, r1, pub, authority.TerminalCreated, res.Terminal)
+			fx.RequireState(before)
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+		}},
+		{"StaleNewOperationAfterKeyRecreated", func(t *testing.T, fx *Fixture) {
+			// A finished reservation with a terminal of no live operation is
+			// stale, even when its key holds a new reservation.
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			fx.MustComplete(r1, authority.TerminalRejected, nil, fx.Publication())
+			r2 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			stale(t, fx, r1.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication()))
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+			fx.MustComplete(r2, authority.TerminalCreated, []byte("ready-2"), fx.Publication())
+		}},
 		{"StaleMissingRow", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			req := r.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication())
