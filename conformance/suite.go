@@ -24,6 +24,7 @@ func RunAll(t *testing.T, f Factory) {
 		{"AggregatePrepare", RunTestAggregatePrepare},
 		{"AggregateCommit", RunTestAggregateCommit},
 		{"AggregateAbort", RunTestAggregateAbort},
+		{"AggregatePolicy", RunTestAggregatePolicy},
 		{"List", RunTestList},
 		{"Validation", RunTestValidation},
 		{"Context", RunTestContext},
