@@ -93,5 +93,23 @@ func RunTestAbort(t *testing.T, f Factory) {
 			fx.MustComplete(r, authority.TerminalRejected, nil, fx.Publication())
 			stale(t, fx, r.AbortRequest())
 		}},
+		{"StaleAfterCommitAndKeyRecreated", func(t *testing.T, fx *Fixture) {
+			// The old reservation's abort must not release the new one.
+			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready := fx.MustCommit(r1, []byte("ready"))
+			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, ready.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, del.Kind)
+			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			stale(t, fx, r1.AbortRequest())
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+		}},
+		{"StaleAfterRejectionAndKeyRecreated", func(t *testing.T, fx *Fixture) {
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			fx.MustComplete(r1, authority.TerminalRejected, nil, fx.Publication())
+			r2 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			stale(t, fx, r1.AbortRequest())
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+		}},
 	})
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -173,6 +174,166 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 			req := AggregateRequest("agg-p", 1, TargetB, authority.CapacityVector{Actors: 1},
 				Participant(m.b1Key, m.b1.StoreVersion, authority.TransitionPreserve, nil))
 			rejected(t, fx, req, authority.KindConflict)
+		}},
+	})
+}
+
+// policyCall is one call of a recording capacity policy.
+type policyCall struct {
+	node                        authority.NodeDescriptor
+	requested, reserved, active authority.CapacityVector
+}
+
+// policyCalls records the calls of a capacity policy answering fits.
+type policyCalls struct {
+	mu    sync.Mutex
+	fits  bool
+	calls []policyCall
+}
+
+// recordPolicy installs a policy that records its calls and answers fits.
+func recordPolicy(t *testing.T, fx *Fixture, fits bool) *policyCalls {
+	t.Helper()
+	needCapacityPolicy(t, fx)
+	p := &policyCalls{fits: fits}
+	fx.H.SetCapacityPolicy(t, CapacityPolicyFunc(func(node authority.NodeDescriptor, requested, reserved, active authority.CapacityVector) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.calls = append(p.calls, policyCall{node, requested.Clone(), reserved.Clone(), active.Clone()})
+		return p.fits
+	}))
+	return p
+}
+
+// last returns the last call, requiring one.
+func (p *policyCalls) last(t *testing.T) policyCall {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.NotEmpty(t, p.calls, "the capacity policy was not consulted")
+	return p.calls[len(p.calls)-1]
+}
+
+// requireVector requires got to equal want (Equal compares Spot types too).
+func requireVector(t *testing.T, want, got authority.CapacityVector, what string) {
+	t.Helper()
+	require.True(t, want.Equal(got), "%s: got %+v (spot type %+v), want %+v (spot type %+v)", what, got, got.SpotType, want, want.SpotType)
+}
+
+// RunTestAggregatePolicy checks how PrepareAggregate consults the capacity
+// policy (the seed's hasPendingCapacity of aggregateTargetAllocation): once
+// the target is live, for the target node at the target lifecycle, with the
+// request's capacity and the target's reserved and active usage of the
+// counters that capacity names; that a prepared aggregate's capacity counts
+// as reserved for later decisions; that the record is checked before the
+// policy and commit does not consult it.
+func RunTestAggregatePolicy(t *testing.T, f Factory) {
+	spots := func(spots, typed int64) authority.CapacityVector {
+		return authority.CapacityVector{Spots: spots, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType, Count: typed}}
+	}
+	runSubtests(t, f, []subtest{
+		{"SeesTargetUsage", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fx.Reserve(authority.ObjectActor, "b2", TargetB)
+			fx.Active(authority.ObjectUserSpot, "s9", TargetB) // no actor counter
+			p := recordPolicy(t, fx, true)
+			fx.MustPrepare(m.req)
+			c := p.last(t)
+			require.Equal(t, NodeB, c.node)
+			requireVector(t, m.req.Capacity, c.requested, "requested")
+			requireVector(t, authority.CapacityVector{Actors: 1}, c.reserved, "reserved")
+			requireVector(t, authority.CapacityVector{Actors: 1, Spots: 1}, c.active, "active")
+		}},
+		{"SeesSpotTypeUsage", func(t *testing.T, fx *Fixture) {
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			s2 := fx.Active(authority.ObjectUserSpot, "s2", TargetA)
+			fx.Active(authority.ObjectUserSpot, "s3", TargetB)
+			fx.Reserve(authority.ObjectUserSpot, "s4", TargetB)
+			fx.Reserve(authority.ObjectInstanceSpot, "i1", TargetB) // Spots only
+			other := fx.ReserveRequest(authority.ObjectUserSpot, "s5", TargetB)
+			other.Intent.StableType = "type-b"
+			other.Capacity = Capacity(authority.ObjectUserSpot, "type-b")
+			fx.MustReserve(other) // Spots only
+			req := AggregateRequest("agg-s", 1, TargetB, spots(2, 2),
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil),
+				Participant(fx.Key(authority.ObjectUserSpot, "s2"), s2.StoreVersion, authority.TransitionNewOwner, nil))
+			p := recordPolicy(t, fx, true)
+			fx.MustPrepare(req)
+			c := p.last(t)
+			require.Equal(t, NodeB, c.node)
+			requireVector(t, req.Capacity, c.requested, "requested")
+			requireVector(t, spots(3, 1), c.reserved, "reserved")
+			requireVector(t, spots(1, 1), c.active, "active")
+		}},
+		{"SeesTargetLifecycle", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			t2 := Target(NodeB, NodeLifecycle+1, OwnerB)
+			fx.SetLive(t2, true)
+			req := AggregateRequest("agg-l", 1, t2, authority.CapacityVector{Actors: 1},
+				Participant(m.a1Key, m.a1.StoreVersion, authority.TransitionNewOwner, nil))
+			p := recordPolicy(t, fx, true)
+			fx.MustPrepare(req)
+			c := p.last(t)
+			require.Equal(t, NodeB, c.node)
+			requireVector(t, authority.CapacityVector{}, c.reserved, "reserved at the new lifecycle")
+			requireVector(t, authority.CapacityVector{}, c.active, "active at the new lifecycle")
+			require.Equal(t, authority.CapacityUsage{Reserved: 1}, fx.Usage(NodeB, NodeLifecycle+1, authority.ObjectActor, ""))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+		}},
+		{"RefusalIsConflict", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			p := recordPolicy(t, fx, false)
+			before := fx.State()
+			require.Equal(t, authority.KindConflict, prepareKind(t, fx, m.req))
+			fx.RequireState(before)
+			require.Equal(t, NodeB, p.last(t).node)
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, m.req.Fence()), "a refused prepare leaves no record")
+		}},
+		{"PreparedCapacityCountsAsReserved", func(t *testing.T, fx *Fixture) {
+			needCapacityPolicy(t, fx)
+			m := newMove(fx)
+			a2 := fx.Active(authority.ObjectActor, "a2", TargetA)
+			fx.H.SetCapacityPolicy(t, ActorLimit(2))
+			fence := fx.MustPrepare(m.req) // NodeB: b1 active, a1 reserved
+			res, err := fx.Store().Reserve(fx.Ctx(), fx.ReserveRequest(authority.ObjectActor, "b2", TargetB))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+			second := AggregateRequest("agg-2", 1, TargetB, authority.CapacityVector{Actors: 1},
+				Participant(fx.Key(authority.ObjectActor, "a2"), a2.StoreVersion, authority.TransitionNewOwner, nil))
+			require.Equal(t, authority.KindConflict, prepareKind(t, fx, second))
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			fx.MustPrepare(second)
+		}},
+		{"RecordCheckedBeforePolicy", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			recordPolicy(t, fx, false)
+			before := fx.State()
+			require.Equal(t, authority.KindAlreadyPrepared, prepareKind(t, fx, m.req))
+			fx.RequireState(before)
+			// commit consults no policy: the capacity was reserved at prepare
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			require.Equal(t, authority.KindAlreadyCommitted, commitAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 0)
+		}},
+		{"MixedSpotTypesRejected", func(t *testing.T, fx *Fixture) {
+			// seed addCapacity throws a TypeError when newOwner participants
+			// carry two Spot types; nothing is written.
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			other := fx.ReserveRequest(authority.ObjectUserSpot, "s2", TargetA)
+			other.Intent.StableType = "type-b"
+			other.Capacity = Capacity(authority.ObjectUserSpot, "type-b")
+			r2 := fx.MustReserve(other)
+			s2 := fx.MustCommit(r2, nil)
+			req := AggregateRequest("agg-m", 1, TargetB, spots(2, 2),
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil),
+				Participant(fx.Key(authority.ObjectUserSpot, "s2"), s2.StoreVersion, authority.TransitionNewOwner, nil))
+			before := fx.State()
+			_, err := fx.Store().PrepareAggregate(fx.Ctx(), req)
+			require.ErrorIs(t, err, authority.ErrInvalidArgument)
+			require.Contains(t, err.Error(), "Aggregate capacity contains more than one Spot type.")
+			fx.RequireState(before)
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, req.Fence()))
 		}},
 	})
 }

@@ -118,6 +118,61 @@ func RunTestCommit(t *testing.T, f Factory) {
 			require.Equal(t, authority.KindAborted, res.Kind)
 			stale(t, fx, r.CommitRequest([]byte("ready")))
 		}},
+		{"StaleRetryAfterKeyRecreated", func(t *testing.T, fx *Fixture) {
+			// A retry of a committed reservation after its row was deleted
+			// and the key reserved again meets a reserved row of another
+			// reservation: stale, and the new reservation is untouched.
+			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready := fx.MustCommit(r1, []byte("ready"))
+			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, ready.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, del.Kind)
+			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			stale(t, fx, r1.CommitRequest([]byte("ready")))
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+			fx.MustCommit(r2, []byte("ready-2"))
+		}},
+		{"StaleRetryAfterOwnerRemovedAndKeyRecreated", func(t *testing.T, fx *Fixture) {
+			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			fx.MustCommit(r1, []byte("ready"))
+			n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), OwnerA)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n)
+			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetB)
+			stale(t, fx, r1.CommitRequest([]byte("ready")))
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 0, 1)
+			fx.MustCommit(r2, []byte("ready-2"))
+		}},
+		{"StaleRetryAfterAbortAndReReserve", func(t *testing.T, fx *Fixture) {
+			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			res, err := fx.Store().Abort(fx.Ctx(), r1.AbortRequest())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAborted, res.Kind)
+			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			stale(t, fx, r1.CommitRequest([]byte("ready")))
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+		}},
+		{"RetryAfterKeyRecreatedAndCommittedReportsNewRow", func(t *testing.T, fx *Fixture) {
+			// The seed answers a committed reservation's retry with
+			// alreadyCommitted and the row now active at the key, whichever
+			// reservation made it; nothing is committed again. The caller
+			// tells the rows apart by ObjectGeneration.
+			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready1 := fx.MustCommit(r1, []byte("ready"))
+			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, ready1.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, del.Kind)
+			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready2 := fx.MustCommit(r2, []byte("ready-2"))
+			before := fx.State()
+			res, err := fx.Store().Commit(fx.Ctx(), r1.CommitRequest([]byte("ready")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
+			RequireSameRow(t, ready2, res.Ready)
+			require.Greater(t, res.Ready.ObjectGeneration, ready1.ObjectGeneration, "the row reported is the re-created one")
+			fx.RequireState(before)
+		}},
 		{"StaleAfterRemoveAllByOwner", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), OwnerA)

@@ -117,6 +117,34 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), fx.Publication())
 			stale(t, fx, r.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication()))
 		}},
+		{"RetryAfterKeyRecreatedAnswersFirstTerminal", func(t *testing.T, fx *Fixture) {
+			// The live terminal of the operation answers first, whatever
+			// happened to the row since; the new reservation is untouched.
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			pub := fx.Publication()
+			first := fx.MustComplete(r1, authority.TerminalCreated, []byte("ready"), pub)
+			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, first.Ready.StoreVersion, authority.Delete())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindDeleted, del.Kind)
+			r2 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			before := fx.State()
+			res := complete(t, fx, r1.CompleteRequest(authority.TerminalCreated, []byte("ready"), pub))
+			require.Equal(t, authority.KindAlreadyCompleted, res.Kind)
+			require.Nil(t, res.Ready)
+			requireTerminal(t, r1, pub, authority.TerminalCreated, res.Terminal)
+			fx.RequireState(before)
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+		}},
+		{"StaleNewOperationAfterKeyRecreated", func(t *testing.T, fx *Fixture) {
+			// A finished reservation with a terminal of no live operation is
+			// stale, even when its key holds a new reservation.
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			fx.MustComplete(r1, authority.TerminalRejected, nil, fx.Publication())
+			r2 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			stale(t, fx, r1.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication()))
+			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
+			fx.MustComplete(r2, authority.TerminalCreated, []byte("ready-2"), fx.Publication())
+		}},
 		{"StaleMissingRow", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			req := r.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication())
@@ -164,6 +192,80 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			pub := fx.PublicationFor(op, time.Minute)
 			res := fx.MustComplete(r2, authority.TerminalCreated, []byte("ready"), pub)
 			requireTerminal(t, r2, pub, authority.TerminalCreated, res.Terminal)
+		}},
+		{"AlreadyCompletedJustBeforeTerminalExpiry", func(t *testing.T, fx *Fixture) {
+			// seed: an existing terminal answers while expiresAt > now.
+			needClock(t, fx)
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			op := fx.Operation()
+			pub1 := fx.PublicationFor(op, time.Minute)
+			first := fx.MustComplete(r1, authority.TerminalCreated, []byte("ready"), pub1)
+			r2 := fx.Reserve(authority.ObjectActor, "a2", TargetA)
+			fx.H.AdvanceClock(t, first.Terminal.ExpiresAt.Sub(fx.H.Now())-time.Millisecond)
+			before := fx.State()
+			res := complete(t, fx, r2.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.PublicationFor(op, time.Minute)))
+			require.Equal(t, authority.KindAlreadyCompleted, res.Kind)
+			requireTerminal(t, r1, pub1, authority.TerminalCreated, res.Terminal)
+			res = complete(t, fx, r1.CompleteRequest(authority.TerminalCreated, []byte("ready"), pub1))
+			require.Equal(t, authority.KindAlreadyCompleted, res.Kind, "the first publication is still valid 1 ms before its expiry")
+			fx.RequireState(before)
+		}},
+		{"OperationReusableAtTerminalExpiry", func(t *testing.T, fx *Fixture) {
+			// seed: a terminal whose expiresAt <= now is gone for
+			// completeCreation (creationTerminalAvailable), so at exactly
+			// its expiry the operation completes another reservation.
+			needClock(t, fx)
+			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			op := fx.Operation()
+			first := fx.MustComplete(r1, authority.TerminalFailed, nil, fx.PublicationFor(op, time.Minute))
+			r2 := fx.Reserve(authority.ObjectActor, "a2", TargetA)
+			fx.H.AdvanceClock(t, first.Terminal.ExpiresAt.Sub(fx.H.Now()))
+			pub := fx.PublicationFor(op, time.Minute)
+			res := fx.MustComplete(r2, authority.TerminalCreated, []byte("ready"), pub)
+			requireTerminal(t, r2, pub, authority.TerminalCreated, res.Terminal)
+			read, err := fx.Store().ReadCreationTerminal(fx.Ctx(), op)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindFound, read.Kind)
+			require.Equal(t, r2.Res.ReservationID, read.Record.ReservationID)
+		}},
+		{"PublicationValidUntilItsExpiry", func(t *testing.T, fx *Fixture) {
+			// seed: the publication is refused only when expiresAt <= now.
+			needClock(t, fx)
+			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			pub := fx.Publication()
+			expiresAt := pub.OperationDeadline.Add(authority.CreationTerminalRetention)
+			fx.H.AdvanceClock(t, expiresAt.Sub(fx.H.Now())-time.Millisecond)
+			res := fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), pub)
+			requireTerminal(t, r, pub, authority.TerminalCreated, res.Terminal)
+			read, err := fx.Store().ReadCreationTerminal(fx.Ctx(), pub.Operation)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindFound, read.Kind)
+		}},
+		{"PublicationInvalidAtItsExpiry", func(t *testing.T, fx *Fixture) {
+			// seed validateTerminalForMutation: expiresAtMs <= storeNow is a
+			// RangeError, checked before any state (so also for a retry).
+			needClock(t, fx)
+			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			pub := fx.Publication()
+			r1 := fx.Reserve(authority.ObjectActor, "a2", TargetA)
+			pub1 := fx.PublicationFor(fx.Operation(), time.Minute)
+			fx.MustComplete(r1, authority.TerminalCreated, []byte("ready"), pub1)
+			fx.H.AdvanceClock(t, pub.OperationDeadline.Add(authority.CreationTerminalRetention).Sub(fx.H.Now()))
+			before := fx.State()
+			for _, req := range []authority.CompleteCreationRequest{
+				r.CompleteRequest(authority.TerminalCreated, []byte("ready"), pub),
+				r1.CompleteRequest(authority.TerminalCreated, []byte("ready"), pub1),
+			} {
+				_, err := fx.Store().CompleteCreation(fx.Ctx(), req)
+				require.ErrorIs(t, err, authority.ErrInvalidArgument)
+				require.Contains(t, err.Error(), "Creation terminal expiry must be the live operation deadline plus five minutes.")
+			}
+			fx.RequireState(before)
+			read, err := fx.Store().ReadCreationTerminal(fx.Ctx(), pub.Operation)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindMissing, read.Kind)
+			// A publication with a later deadline completes the reservation.
+			fx.MustComplete(r, authority.TerminalRejected, nil, fx.Publication())
 		}},
 		{"CreatedRowBlocksReserve", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)

@@ -51,6 +51,40 @@ type Harness struct {
 
 	// Relocation is the store's relocation blob store, or nil.
 	Relocation authority.RelocationStore
+
+	// LeaveGenerations moves the store's counter c on so that exactly left
+	// more values remain before authority.MaxGeneration (left 0: the next
+	// write that needs one reports generationExhausted). It never moves a
+	// counter back. Nil when the provider cannot (etcd revisions cannot be
+	// set): the GenerationExhausted tests skip.
+	LeaveGenerations func(t testing.TB, c GenerationCounter, left int64)
+}
+
+// GenerationCounter names one of the seed's three counters.
+type GenerationCounter int
+
+// The counters LeaveGenerations moves.
+const (
+	// StoreVersions counts row versions: every row write takes one.
+	StoreVersions GenerationCounter = iota
+	// ObjectGenerations counts object generations: every reserve takes one.
+	ObjectGenerations
+	// OwnerGenerations counts owner generations: every reserve and every
+	// newOwner participant of an aggregate commit takes one.
+	OwnerGenerations
+)
+
+// String returns the counter's name.
+func (c GenerationCounter) String() string {
+	switch c {
+	case StoreVersions:
+		return "storeVersion"
+	case ObjectGenerations:
+		return "objectGeneration"
+	case OwnerGenerations:
+		return "ownerGeneration"
+	}
+	return "unknown counter"
 }
 
 // Factory returns a fresh harness. It registers its own cleanup with t.

@@ -81,6 +81,65 @@ func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
 			fx.SetLive(TargetA, false)
 			require.Equal(t, int64(1), remove(t, fx, OwnerA))
 		}},
+		{"SourceRowsOfPreparedAggregate", func(t *testing.T, fx *Fixture) {
+			// The seed removes the owner's rows and nothing else: the
+			// prepared aggregate and the target capacity it reserved stay,
+			// its commit is stale (a participant is missing), its abort
+			// releases the capacity.
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			fx.SetLive(TargetA, false)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			fx.RequireMissing(m.a1Key)
+			RequireSameRow(t, m.b1, fx.MustRow(m.b1Key))
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
+			before := fx.State()
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
+			require.Equal(t, authority.KindAlreadyPrepared, prepareKind(t, fx, m.req))
+			fx.RequireState(before)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
+			require.Equal(t, authority.KindConflict, prepareKind(t, fx, m.req))
+		}},
+		{"TargetRowsOfPreparedAggregate", func(t *testing.T, fx *Fixture) {
+			// The target owner's preserve participant goes; the capacity the
+			// aggregate reserved on the target is no row's and stays.
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, int64(1), remove(t, fx, OwnerB))
+			fx.RequireMissing(m.b1Key)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 0, 1)
+			before := fx.State()
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
+			fx.RequireState(before)
+			RequireSameRow(t, m.a1, fx.MustRow(m.a1Key))
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 0, 0)
+		}},
+		{"RecreatedParticipantDoesNotRevivePreparedAggregate", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, int64(1), remove(t, fx, OwnerA))
+			again := fx.Active(authority.ObjectActor, "a1", TargetA)
+			require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
+			RequireSameRow(t, again, fx.MustRow(m.a1Key))
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 1, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
+		}},
+		{"OtherOwnerLeavesPreparedAggregate", func(t *testing.T, fx *Fixture) {
+			m := newMove(fx)
+			c := Target(NodeA, NodeLifecycle, authority.OwnerToken{OwnerID: "owner-c", LeaseGeneration: 1})
+			fx.SetLive(c, true)
+			fx.Active(authority.ObjectActor, "c1", c)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, int64(1), remove(t, fx, c.Owner))
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			require.Equal(t, OwnerB, fx.MustRow(m.a1Key).Owner())
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 0)
+		}},
 		{"KeyCanBeReservedAgain", func(t *testing.T, fx *Fixture) {
 			s := fx.Active(authority.ObjectActor, "a1", TargetA)
 			require.Equal(t, int64(1), remove(t, fx, OwnerA))

@@ -24,6 +24,7 @@ func RunAll(t *testing.T, f Factory) {
 		{"AggregatePrepare", RunTestAggregatePrepare},
 		{"AggregateCommit", RunTestAggregateCommit},
 		{"AggregateAbort", RunTestAggregateAbort},
+		{"AggregatePolicy", RunTestAggregatePolicy},
 		{"List", RunTestList},
 		{"Validation", RunTestValidation},
 		{"Context", RunTestContext},
@@ -31,6 +32,7 @@ func RunAll(t *testing.T, f Factory) {
 		{"WaitForChange", RunTestWaitForChange},
 		{"RelocationStore", RunTestRelocationStore},
 		{"Retention", RunTestRetention},
+		{"GenerationExhausted", RunTestGenerationExhausted},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, f) })
@@ -66,5 +68,13 @@ func needClock(t *testing.T, fx *Fixture) {
 	t.Helper()
 	if fx.H.AdvanceClock == nil {
 		t.Skip("provider cannot advance its clock")
+	}
+}
+
+// needGenerations skips t when the provider cannot move its counters.
+func needGenerations(t *testing.T, fx *Fixture) {
+	t.Helper()
+	if fx.H.LeaveGenerations == nil {
+		t.Skip("provider cannot move its generation counters")
 	}
 }

@@ -355,6 +355,16 @@ func aggregateCases() []badInput {
 		{"PrepareDigestMissing", "Aggregate inventory digest must contain 32 bytes.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) { r.InventoryDigest = nil })},
 		{"PrepareCapacityZero", "Placement capacity vector is invalid.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) { r.Capacity = authority.CapacityVector{} })},
 		{"PrepareCapacityNegative", "Placement capacity vector is invalid.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) { r.Capacity.Actors = -1 })},
+		{"PrepareCapacityTooLarge", "Placement capacity vector is invalid.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) { r.Capacity.Actors = 1 << 31 })},
+		{"PrepareSpotTypeZeroCount", "Placement capacity vector is invalid.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) {
+			r.Capacity.SpotType = &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType}
+		})},
+		{"PrepareSpotTypeOfActorKind", "Placement capacity vector is invalid.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) {
+			r.Capacity.SpotType = &authority.SpotTypeCapacity{ObjectKind: authority.ObjectActor, StableType: DefaultStableType, Count: 1}
+		})},
+		{"PrepareSpotTypeNULStableType", "Placement capacity vector is invalid.", prepare(func(_ *world, r *authority.AggregatePrepareRequest) {
+			r.Capacity.SpotType = &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: "a\x00", Count: 1}
+		})},
 		{"PrepareParticipantsUnsorted", sortMsg, prepare(func(w *world, r *authority.AggregatePrepareRequest) {
 			r.Participants = []authority.AggregateParticipant{second(w, r), r.Participants[0]}
 		})},

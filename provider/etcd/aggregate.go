@@ -109,7 +109,9 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 				continue
 			}
 			if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
-				return conflict, nil
+				// two Spot types among the newOwner rows: the seed's
+				// addCapacity throws; nothing is written
+				return authority.PrepareAggregateResult{}, err
 			}
 			if r.alloc.Descriptor != target.Descriptor || r.alloc.DescriptorLifecycleGeneration != target.DescriptorLifecycleGeneration {
 				left[s.keys.capacityEpoch(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration)] = true
