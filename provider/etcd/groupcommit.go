@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -277,7 +278,23 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 	conflicts, rereads := 0, 0
 	fullRange := false // read the node's capacity range, watched or not
 	prefix := s.keys.capacityNode(node, lifecycle)
-	for len(pending) > 0 {
+	// solo is a request that fits a Txn alone but not with the reads of the
+	// whole batch: the next round decides it alone, the others are held
+	// until it is decided.
+	solo := -1
+	var held []int
+	defer func() {
+		// a batch that stopped on an error sent none of the held requests
+		for _, i := range held {
+			if outs[i].err == nil && outs[i].out.Kind == "" {
+				outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch stopped", errBatchStopped)
+			}
+		}
+	}()
+	for len(pending) > 0 || len(held) > 0 {
+		if len(pending) == 0 {
+			pending, held, snap = held, nil, nil
+		}
 		// drop the requests whose callers gave up
 		live := pending[:0]
 		for _, i := range pending {
@@ -291,6 +308,14 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			break
 		}
 		if snap == nil {
+			if solo >= 0 {
+				for _, i := range pending {
+					if i != solo {
+						held = append(held, i)
+					}
+				}
+				pending, solo = []int{solo}, -1
+			}
 			layout = s.layoutFor(pending, batch, fullRange)
 			resp, err := s.read(ctx, layout.ops...)
 			if err != nil {
@@ -351,6 +376,17 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 				}
 			}
 			if !s.fitsWith(t, one, layout) {
+				if len(admitted) == 0 && solo < 0 {
+					// it would be first in any Txn: with its own reads alone it
+					// fits or never will
+					if own := s.layoutFor([]int{i}, batch, false); !s.fitsWith(t, one, own) {
+						outs[i].err, decisions[i] = s.tooLargeWithReads(one, own), decideRefused
+						continue
+					}
+					if len(pending) > 1 {
+						solo = i
+					}
+				}
 				decisions[i] = decideDeferred
 				continue
 			}
@@ -389,7 +425,14 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		t.bytes += elseLayout.bytes
 		resp, err := s.commit(ctx, t, "the reservations")
 		if err != nil {
-			fail(waiting, err)
+			for _, i := range waiting {
+				if decisions[i] == decideDeferred {
+					// not in the Txn: not applied, whatever its outcome
+					outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch failed", err)
+				} else {
+					outs[i].err = err
+				}
+			}
 			break
 		}
 		if !resp.Succeeded {
@@ -423,6 +466,25 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 	}
 	return outs
 }
+
+// tooLargeWithReads is the error of a reservation that fits the Txn limits
+// alone but not with the capacity fence and its own snapshot reads, which
+// every Txn that admits it carries.
+func (s *Store) tooLargeWithReads(one *txn, own snapshotLayout) error {
+	probe := &txn{}
+	merge(probe, one)
+	probe.cmps = append(probe.cmps, clientv3.Compare(clientv3.ModRevision(""), "<", 0)) // the fence
+	probe.els = own.ops
+	probe.bytes += own.bytes + 2*opOverhead
+	if err := s.check(probe, "the reservation with its capacity fence and reads"); err != nil {
+		return err
+	}
+	return limitError(flagMaxRequestBytes, "the reservation with its capacity fence and reads does not fit one transaction; it", nil)
+}
+
+// errBatchStopped is the cause given to the requests a reservation batch
+// held back when it stopped on an error.
+var errBatchStopped = errors.New("reservation batch stopped before this request was sent")
 
 // fitsWith reports whether t plus one, the capacity fence and the Else reads
 // (at most those of l) stay within the Txn limits.
