@@ -14,6 +14,13 @@ const MaxGeneration int64 = 0x7fff_ffff_ffff_ffff
 // terminal envelopes (1 MiB).
 const MaxPayloadBytes = 1024 * 1024
 
+// MaxRetention bounds how long a store is asked to keep a record: a
+// relocation blob's retention, a creation terminal's expiry and a store's
+// reservation retention (365 days). Longer ones are ErrInvalidArgument: etcd
+// keeps such records on leases, whose TTL it bounds, and a record must not
+// vanish before the expiry its receipt promised.
+const MaxRetention = 365 * 24 * time.Hour
+
 // CreationTerminalRetention is how long a creation terminal outlives its
 // operation deadline.
 const CreationTerminalRetention = 5 * time.Minute

@@ -165,6 +165,9 @@ func ValidateTerminalExpiry(expiresAt, now time.Time) error {
 	if !expiresAt.After(now) {
 		return Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
 	}
+	if expiresAt.Sub(now) > MaxRetention {
+		return Invalid("Creation terminal expiry must not be more than 365 days away.")
+	}
 	return nil
 }
 
@@ -304,6 +307,9 @@ func ValidateBlobPut(data []byte, retention time.Duration) error {
 	}
 	if retention <= 0 {
 		return Invalid("Relocation blob retention must be positive.")
+	}
+	if retention > MaxRetention {
+		return Invalid("Relocation blob retention must not exceed 365 days.")
 	}
 	return nil
 }

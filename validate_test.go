@@ -35,6 +35,8 @@ const (
 	msgScanLimit    = "Authority scan limit must be in 1..1000."
 	msgBlobSize     = "Relocation blob exceeds 1 MiB."
 	msgBlobRet      = "Relocation blob retention must be positive."
+	msgBlobRetFar   = "Relocation blob retention must not exceed 365 days."
+	msgExpiryFar    = "Creation terminal expiry must not be more than 365 days away."
 	msgKind         = "Authority object kind must be 1..64 characters of [a-z0-9_]."
 )
 
@@ -174,6 +176,10 @@ func TestRequireTextAndSimpleValidators(t *testing.T) {
 		{"blob 1 MiB+1", func() error { return authority.ValidateBlobPut(sized(authority.MaxPayloadBytes+1), time.Second) }, msgBlobSize},
 		{"blob retention 0", func() error { return authority.ValidateBlobPut(nil, 0) }, msgBlobRet},
 		{"blob retention negative", func() error { return authority.ValidateBlobPut(nil, -time.Second) }, msgBlobRet},
+		{"blob retention MaxRetention", func() error { return authority.ValidateBlobPut(nil, authority.MaxRetention) }, ""},
+		{"blob retention past MaxRetention", func() error {
+			return authority.ValidateBlobPut(nil, authority.MaxRetention+time.Nanosecond)
+		}, msgBlobRetFar},
 	})
 }
 
@@ -438,6 +444,8 @@ func TestValidateCompleteCreation(t *testing.T) {
 		{"expiry == now", c(deadlineAt(validateNow)), msgExpiry},
 		{"expiry == now+1ns", c(deadlineAt(validateNow.Add(time.Nanosecond))), ""},
 		{"expiry before now", c(deadlineAt(validateNow.Add(-time.Hour))), msgExpiry},
+		{"expiry == now+MaxRetention", c(deadlineAt(validateNow.Add(authority.MaxRetention))), ""},
+		{"expiry past now+MaxRetention", c(deadlineAt(validateNow.Add(authority.MaxRetention + time.Nanosecond))), msgExpiryFar},
 		{"deadline passed, expiry ahead", c(func(q *authority.CompleteCreationRequest) {
 			q.Completion.Terminal.OperationDeadline = validateNow.Add(-time.Minute)
 		}), ""},

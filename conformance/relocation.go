@@ -108,9 +108,9 @@ func RunTestRelocationStore(t *testing.T, f Factory) {
 			_, err := rs.PutNew(fx.Ctx(), tooBig, time.Hour)
 			require.True(t, errors.Is(err, authority.ErrInvalidArgument), "error %v", err)
 		}},
-		{"RejectsNonPositiveRetention", func(t *testing.T, fx *Fixture) {
+		{"RejectsRetentionOutOfRange", func(t *testing.T, fx *Fixture) {
 			rs := store(t, fx)
-			for _, d := range []time.Duration{0, -time.Second} {
+			for _, d := range []time.Duration{0, -time.Second, authority.MaxRetention + time.Nanosecond} {
 				_, err := rs.PutNew(fx.Ctx(), []byte("x"), d)
 				require.True(t, errors.Is(err, authority.ErrInvalidArgument), "retention %v: error %v", d, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
@@ -53,4 +54,12 @@ func TestDialWithEnvironmentSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	fx.RequireMissing(r.Key)
+}
+
+// A reservation retention its leases could not honour is refused.
+func TestNewRefusesRetentionPastMaxRetention(t *testing.T) {
+	_, err := etcdstore.New(context.Background(), etcdstore.Config{
+		Client: server.Client(t), Namespace: "/retention-test/", ReservationRetention: authority.MaxRetention + time.Second,
+	})
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
 }

@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/singleflight"
+
+	authority "github.com/zlink-systems/authority"
 )
 
 const (
@@ -17,8 +19,9 @@ const (
 	bucketWidth = time.Minute
 	// bucketSlack keeps a record a little past its bucket's end.
 	bucketSlack = 30 * time.Second
-	// maxLeaseTTL caps record leases (etcd refuses TTLs above ~9e9 s).
-	maxLeaseTTL = 365 * 24 * time.Hour
+	// maxLeaseTTL caps record leases (etcd refuses TTLs above ~9e9 s); the
+	// contract refuses retentions beyond it.
+	maxLeaseTTL = authority.MaxRetention
 )
 
 // leaseBuckets hands out shared leases for records that expire: one lease per

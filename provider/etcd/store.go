@@ -144,6 +144,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.ReservationRetention <= 0 {
 		cfg.ReservationRetention = DefaultReservationRetention
 	}
+	if cfg.ReservationRetention > authority.MaxRetention {
+		// its records live on leases, which would end before it
+		return nil, authority.Invalid("etcd reservation retention must not exceed 365 days.")
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = authority.SystemClock{}
 	}
