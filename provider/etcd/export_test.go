@@ -5,6 +5,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // QueuedWrites is how many writes of s wait for a Txn slot (batch.go).
@@ -91,3 +92,6 @@ func SetCapacityPage(t interface{ Cleanup(func()) }, n int64) {
 	capacityPage = n
 	t.Cleanup(func() { capacityPage = old })
 }
+
+// LeaseIDOf returns the etcd lease behind an owner lease.
+func LeaseIDOf(l *OwnerLease) clientv3.LeaseID { return l.lease }

@@ -2,11 +2,14 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -119,7 +122,8 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 		l.wg.Wait()
 		rctx, cancel := l.r.s.requestContext(ctx)
 		defer cancel()
-		if _, e := l.r.s.client.Revoke(rctx, l.lease); e != nil {
+		// a lease that already expired is as gone as a revoked one
+		if _, e := l.r.s.client.Revoke(rctx, l.lease); e != nil && !errors.Is(e, rpctypes.ErrLeaseNotFound) {
 			err = mapError(e, true)
 		}
 	})
@@ -129,11 +133,14 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 // RebindRows moves every row of from (an older lease generation of the same
 // owner) to this lease with rebindOwnerLease, keeping payloads. It returns
 // how many rows it moved; rows that changed meanwhile are retried, reserved
-// rows are left to their creation.
+// rows are left to their creation. A row that changed under every attempt
+// stays on from: the other rows are still moved, and the error (wrapping
+// ErrUnavailable) says how many stayed, so the caller calls it again.
 func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
 	s := l.r.s
 	prefix := s.keys.ownerRowsPrefix(from)
 	var moved int64
+	var left []authority.Key // rows that kept changing under every attempt
 	start := prefix
 	for {
 		rctx, cancel := s.requestContext(ctx)
@@ -144,12 +151,14 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 		}
 		for _, kv := range idx.Kvs {
 			key := authority.Key(string(kv.Key)[len(prefix):])
-			for attempt := 0; attempt < maxAttempts; attempt++ {
+			settled := false
+			for attempt := 0; attempt < maxAttempts && !settled; attempt++ {
 				cur, err := s.ReadAuthority(ctx, key)
 				if err != nil {
 					return moved, err
 				}
 				if cur.Kind != authority.KindSnapshot || cur.Snapshot.Owner() != from || cur.Snapshot.Allocation.State != authority.AllocationActive {
+					settled = true
 					break
 				}
 				res, err := s.CompareExchangeAuthority(ctx, key, cur.Snapshot.StoreVersion,
@@ -159,11 +168,19 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 				}
 				if res.Kind == authority.KindStored {
 					moved++
-					break
+					settled = true
 				}
+			}
+			if !settled {
+				left = append(left, key)
 			}
 		}
 		if !idx.More || len(idx.Kvs) == 0 {
+			if len(left) > 0 {
+				return moved, authority.Wrap(authority.ErrUnavailable,
+					fmt.Sprintf("rebind left %d rows on the old lease generation after %d conflicting attempts each (first: %s); call RebindRows again", len(left), maxAttempts, left[0]),
+					errContention)
+			}
 			return moved, nil
 		}
 		start = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"

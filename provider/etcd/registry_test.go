@@ -1,0 +1,91 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rewritingKV rewrites (same value, new ModRevision) the row key of every
+// single-key read whose key contains only while on, as a busy concurrent
+// writer would: each read-then-compare of that row then conflicts.
+type rewritingKV struct {
+	clientv3.KV
+	on   *atomic.Bool
+	only string
+}
+
+func (k rewritingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if err == nil && k.on.Load() && strings.Contains(key, "/rows/") && strings.Contains(key, k.only) && len(resp.Kvs) == 1 {
+		_, _ = shared.Put(ctx, key, string(resp.Kvs[0].Value))
+	}
+	return resp, err
+}
+
+// A row that changes under every rebind attempt is reported, not skipped in
+// silence; the other rows still move, and a second call moves the rest.
+func TestRebindRowsReportsRowsLeftBehind(t *testing.T) {
+	var on atomic.Bool
+	c := server.Client(t)
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "busy"}
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, c, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	reg := s.Registry()
+	first, err := reg.Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer first.Close(ctx)
+	oldTgt := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, first.Token())
+	fx.Active(authority.ObjectActor, "busy", oldTgt)
+	fx.Active(authority.ObjectActor, "quiet", oldTgt)
+	second, err := reg.Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer second.Close(ctx)
+
+	on.Store(true)
+	moved, err := second.RebindRows(ctx, first.Token())
+	on.Store(false)
+	require.ErrorIs(t, err, authority.ErrUnavailable)
+	require.Contains(t, err.Error(), "left 1 rows")
+	require.Equal(t, int64(1), moved)
+	require.Equal(t, first.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "busy")).Owner())
+	require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "quiet")).Owner())
+
+	moved, err = second.RebindRows(ctx, first.Token())
+	require.NoError(t, err)
+	require.Equal(t, int64(1), moved)
+	require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "busy")).Owner())
+}
+
+// Closing an owner lease that already expired succeeds: the lease is gone,
+// which is what Close is for.
+func TestOwnerLeaseCloseAfterExpiry(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock})
+	ctx := context.Background()
+	l, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "short", 2*time.Second)
+	require.NoError(t, err)
+	// revoke it behind the lease's back, as its expiry would
+	_, err = shared.Revoke(ctx, etcdstore.LeaseIDOf(l))
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was not reported lost")
+	}
+	err = l.Close(ctx)
+	require.NoError(t, err)
+	require.False(t, errors.Is(err, authority.ErrUnavailable))
+}
