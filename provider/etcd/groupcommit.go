@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -318,6 +319,14 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			}
 			layout = s.layoutFor(pending, batch, fullRange)
 			resp, err := s.read(ctx, layout.ops...)
+			if err != nil && len(pending) > 1 && receiveTooLarge(err) {
+				// the rows of the whole batch do not fit one response: decide
+				// the first half first, holding the rest
+				half := len(pending) / 2
+				held = append(held, pending[half:]...)
+				pending = pending[:half]
+				continue
+			}
 			if err != nil {
 				fail(pending, err)
 				break
@@ -480,6 +489,12 @@ func (s *Store) tooLargeWithReads(one *txn, own snapshotLayout) error {
 		return err
 	}
 	return limitError(flagMaxRequestBytes, "the reservation with its capacity fence and reads does not fit one transaction; it", nil)
+}
+
+// receiveTooLarge reports whether err is the client refusing a response over
+// its receive limit (nothing was written).
+func receiveTooLarge(err error) bool {
+	return errors.Is(err, authority.ErrLimitExceeded) && etcdpage.TooLarge(err)
 }
 
 // errBatchStopped is the cause given to the requests a reservation batch

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
@@ -117,4 +120,58 @@ func TestCapacityReadsEveryPage(t *testing.T) {
 	res, err = stores[1].Reserve(ctx, fxs[1].ReserveRequest(authority.ObjectActor, "over-again", conformance.TargetA))
 	require.NoError(t, err)
 	require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+}
+
+// TestGroupCommitSplitsReadsOverReceiveLimit: a batch of reservations whose
+// existing rows do not fit one response of the client is decided in parts:
+// each reservation gets its own outcome (the rows are there), where the
+// whole batch used to fail with ErrLimitExceeded.
+func TestGroupCommitSplitsReadsOverReceiveLimit(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	writer := newStore(t, nil, etcdstore.Config{Clock: clock})
+	wfx := conformance.NewFixture(t, harnessFor(writer, clock))
+	const n = 6
+	for i := range n {
+		snap := wfx.Active(authority.ObjectActor, fmt.Sprintf("big-%d", i), conformance.TargetA)
+		wfx.Put(wfx.Key(authority.ObjectActor, fmt.Sprintf("big-%d", i)), snap.StoreVersion, bytes.Repeat([]byte("b"), 100*1024))
+	}
+
+	s, fx := limitedStore(t, writer.Namespace())
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(authority.NodeDescriptor, authority.CapacityVector, authority.CapacityVector, authority.CapacityVector) bool {
+		if calls.Add(1) == 1 { // the first batch holds the node while the others queue
+			close(entered)
+			<-release
+		}
+		return true
+	}))
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "first", conformance.TargetA))
+		first <- err
+	}()
+	<-entered
+	reqs := make([]authority.ReserveRequest, n)
+	for i := range reqs {
+		reqs[i] = fx.ReserveRequest(authority.ObjectActor, fmt.Sprintf("big-%d", i), conformance.TargetA)
+	}
+	results := make([]authority.ReserveResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = s.Reserve(ctx, reqs[i]) })
+	}
+	require.Eventually(t, func() bool {
+		return etcdstore.QueuedReservations(s, conformance.NodeA, conformance.TargetA.NodeLifecycleGeneration) == n
+	}, 10*time.Second, time.Millisecond)
+	close(release)
+	require.NoError(t, <-first)
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i], "reservation %d", i)
+		require.Equal(t, authority.KindAlreadyExists, results[i].Kind, "reservation %d", i)
+		require.Len(t, results[i].Current.Snapshot.Payload, 100*1024)
+	}
 }
