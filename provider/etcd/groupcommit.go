@@ -306,17 +306,21 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			live = append(live, i)
 		}
 		if pending = live; len(pending) == 0 {
+			if len(held) > 0 {
+				continue
+			}
 			break
 		}
 		if snap == nil {
-			if solo >= 0 {
+			if solo >= 0 && slices.Contains(pending, solo) {
 				for _, i := range pending {
 					if i != solo {
 						held = append(held, i)
 					}
 				}
-				pending, solo = []int{solo}, -1
+				pending = []int{solo}
 			}
+			solo = -1
 			layout = s.layoutFor(pending, batch, fullRange)
 			resp, err := s.read(ctx, layout.ops...)
 			if err != nil && len(pending) > 1 && receiveTooLarge(err) {
@@ -437,7 +441,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			for _, i := range waiting {
 				if decisions[i] == decideDeferred {
 					// not in the Txn: not applied, whatever its outcome
-					outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch failed", err)
+					outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch failed ("+err.Error()+")", errBatchStopped)
 				} else {
 					outs[i].err = err
 				}

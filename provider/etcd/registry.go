@@ -13,6 +13,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// ErrLeaseLost reports an operation on an owner lease that is already lost
+// (expired, revoked or closed): take a new generation with Acquire.
+var ErrLeaseLost = errors.New("etcd: owner lease lost")
+
 // Registry grants owner leases: an etcd lease per owner generation, kept
 // alive, with the owner's liveness key attached to it.
 type Registry struct{ s *Store }
@@ -135,11 +139,24 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 // how many rows it moved; rows that changed meanwhile are retried, reserved
 // rows are left to their creation. A row that changed under every attempt
 // stays on from: the other rows are still moved, and the error (wrapping
-// ErrUnavailable) says how many stayed, so the caller calls it again.
+// ErrUnavailable) says how many stayed, so the caller calls it again. Onto a
+// lease that is lost (Done closed) nothing can move: the error wraps
+// ErrLeaseLost.
 func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
 	s := l.r.s
 	prefix := s.keys.ownerRowsPrefix(from)
 	var moved int64
+	lost := func() error {
+		select {
+		case <-l.done:
+			return fmt.Errorf("%w: rebind stopped after moving %d rows; acquire a new generation and rebind onto it", ErrLeaseLost, moved)
+		default:
+			return nil
+		}
+	}
+	if err := lost(); err != nil {
+		return 0, err
+	}
 	var left []authority.Key // rows that kept changing under every attempt
 	start := prefix
 	for {
@@ -169,6 +186,9 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 				if res.Kind == authority.KindStored {
 					moved++
 					settled = true
+				} else if err := lost(); err != nil {
+					// every write onto a lost lease fails its liveness compare
+					return moved, err
 				}
 			}
 			if !settled {
