@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"math"
 	"sync"
 )
 
@@ -30,10 +31,12 @@ func (a *admission) wait(ctx context.Context) (CreateResult, error) {
 	}
 }
 
-// errCreationPanicked settles the admission of a creation whose materialize,
-// hook or publication panicked (the panic itself goes on in the caller that
-// ran it).
-var errCreationPanicked = newError(KindRequestFailed, "User Spot creation panicked; its reservation was rolled back.", false, nil)
+// creationPanicked is the error that settles the admission of a creation
+// whose materialize, hook or publication panicked (the panic itself goes on
+// in the caller that ran it).
+func creationPanicked() error {
+	return newError(KindRequestFailed, "User Spot creation panicked; its rollback was attempted.", false, nil)
+}
 
 // spotGate serializes, for one User Spot, the local reservations of one
 // coordinator from before their Reserve until the winner's admission is
@@ -43,11 +46,21 @@ var errCreationPanicked = newError(KindRequestFailed, "User Spot creation panick
 // row that a rejected creation never writes.
 type spotGate struct {
 	token chan struct{} // holds one value while a caller is inside
-	refs  int           // callers inside or waiting
-	// finished are local admissions (by reservation ID) settled while the
-	// gate was in use: they are removed when the last caller leaves, so a
-	// loser that reserved while they ran still finds them.
-	finished []string
+	// issued counts the tickets handed out; active are those of the callers
+	// inside or waiting.
+	issued uint64
+	active map[uint64]struct{}
+	// finished are local admissions settled while the gate was in use, each
+	// with the last ticket issued when it settled. A caller with a later
+	// ticket entered after the creation's commit or abort was applied, so
+	// its Reserve cannot meet that reservation: an admission is removed once
+	// every caller with a ticket up to its own has left.
+	finished []finishedAdmission
+}
+
+type finishedAdmission struct {
+	key    string // reservation ID
+	ticket uint64
 }
 
 // lockSpot enters spotID's gate. The returned unlock may be called more than
@@ -56,47 +69,63 @@ func (c *UserSpotCoordinator) lockSpot(ctx context.Context, spotID string) (unlo
 	c.mu.Lock()
 	g := c.gates[spotID]
 	if g == nil {
-		g = &spotGate{token: make(chan struct{}, 1)}
+		g = &spotGate{token: make(chan struct{}, 1), active: map[uint64]struct{}{}}
 		c.gates[spotID] = g
 	}
-	g.refs++
+	g.issued++
+	ticket := g.issued
+	g.active[ticket] = struct{}{}
 	c.mu.Unlock()
 	select {
 	case g.token <- struct{}{}:
 	case <-ctx.Done():
-		c.leaveGate(spotID, g)
+		c.leaveGate(spotID, g, ticket)
 		return nil, ctx.Err()
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			<-g.token
-			c.leaveGate(spotID, g)
+			c.leaveGate(spotID, g, ticket)
 		})
 	}, nil
 }
 
-func (c *UserSpotCoordinator) leaveGate(spotID string, g *spotGate) {
+func (c *UserSpotCoordinator) leaveGate(spotID string, g *spotGate, ticket uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if g.refs--; g.refs > 0 {
+	delete(g.active, ticket)
+	if len(g.active) == 0 {
+		for _, f := range g.finished {
+			delete(c.local, f.key)
+		}
+		delete(c.gates, spotID)
 		return
 	}
-	for _, key := range g.finished {
-		delete(c.local, key)
+	oldest := uint64(math.MaxUint64)
+	for t := range g.active {
+		oldest = min(oldest, t)
 	}
-	delete(c.gates, spotID)
+	kept := g.finished[:0]
+	for _, f := range g.finished {
+		if f.ticket < oldest {
+			delete(c.local, f.key)
+		} else {
+			kept = append(kept, f)
+		}
+	}
+	g.finished = kept
 }
 
 // run performs the admitted creation, settles its admission and removes it
 // from its table (a local one once no caller is inside the Spot's gate). If
-// the creation panics, the admission is settled with errCreationPanicked
+// the creation panics, the admission is settled with creationPanicked()
 // before the panic goes on.
 func (c *UserSpotCoordinator) run(ctx context.Context, local bool, key string, a *admission, req RemoteCreate, materialize RemoteMaterializeFunc, discard DiscardFunc) {
 	settled := false
 	defer func() {
 		if !settled {
-			a.result, a.err = CreateResult{}, errCreationPanicked
+			a.result, a.err = CreateResult{}, creationPanicked()
 		}
 		c.mu.Lock()
 		table := c.remote
@@ -105,7 +134,7 @@ func (c *UserSpotCoordinator) run(ctx context.Context, local bool, key string, a
 		}
 		if table[key] == a {
 			if g := c.gates[req.SpotID]; local && g != nil {
-				g.finished = append(g.finished, key)
+				g.finished = append(g.finished, finishedAdmission{key: key, ticket: g.issued})
 			} else {
 				delete(table, key)
 			}

@@ -156,7 +156,10 @@ func asDeadline(err error, op string) error {
 	var r *RollbackError
 	if errors.As(err, &r) {
 		if !errors.As(r.Err, &e) && errors.Is(r.Err, context.DeadlineExceeded) {
-			r.Err = endToEndDeadline(op, r.Err)
+			// callers sharing one admission share r: change a copy
+			cp := *r
+			cp.Err = endToEndDeadline(op, r.Err)
+			return &cp
 		}
 		return r
 	}

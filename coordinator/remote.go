@@ -287,9 +287,10 @@ func (c *UserSpotCoordinator) materializeAndCommit(ctx context.Context, req Remo
 // error it got) until the store answers it, for at most the cleanup timeout
 // and not bounded by ctx: the creation's deadline may be what cut the first
 // one short. A commit is idempotent (an applied one answers
-// alreadyCommitted), so a definite answer settles the creation either way,
-// where a rollback would discard a Spot whose commit was applied. While no
-// answer comes, the outcome stays unknown: the returned error is first.
+// alreadyCommitted), so an answer settles the creation either way, where a
+// rollback would discard a Spot whose commit was applied. While no answer
+// comes (or a re-send fails in its own right), the outcome stays unknown: the
+// returned error wraps first.
 func (c *UserSpotCoordinator) resendCommit(ctx context.Context, req authority.CommitRequest, first error) (authority.CommitResult, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CleanupTimeout)
 	defer cancel()
@@ -300,7 +301,9 @@ func (c *UserSpotCoordinator) resendCommit(ctx context.Context, req authority.Co
 			return res, nil
 		}
 		if !errors.Is(err, authority.ErrOutcomeUnknown) && !errors.Is(err, authority.ErrUnavailable) {
-			return res, err
+			// a re-send's own failure says nothing of the first commit: its
+			// outcome stays unknown
+			return authority.CommitResult{}, fmt.Errorf("%w (re-sent commit: %v)", first, err)
 		}
 		t := time.NewTimer(pause)
 		select {
