@@ -439,8 +439,9 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		resp, err := s.commit(ctx, t, "the reservations")
 		if err != nil {
 			for _, i := range waiting {
-				if decisions[i] == decideDeferred {
-					// not in the Txn: not applied, whatever its outcome
+				if decisions[i] != decideAdmitted {
+					// deferred or exhausted: nothing of it was in the Txn, so
+					// nothing of it applied, whatever the Txn's outcome
 					outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch failed ("+err.Error()+")", errBatchStopped)
 				} else {
 					outs[i].err = err

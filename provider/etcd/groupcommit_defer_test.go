@@ -48,9 +48,9 @@ func (t *failTxn) Commit() (*clientv3.TxnResponse, error) {
 	return t.Txn.Commit()
 }
 
-// A request deferred out of a round whose Txn failed with an unknown outcome
-// was not in that Txn: its error is ErrUnavailable and does not match
-// ErrOutcomeUnknown.
+// Requests deferred or found exhausted in a round whose Txn failed with an
+// unknown outcome were not in that Txn: their error is ErrUnavailable and
+// does not match ErrOutcomeUnknown; the admitted one's outcome is unknown.
 func TestGroupCommitDeferredOnTxnErrorIsNotUnknown(t *testing.T) {
 	var fail atomic.Bool
 	c := server.Client(t)
@@ -67,6 +67,8 @@ func TestGroupCommitDeferredOnTxnErrorIsNotUnknown(t *testing.T) {
 			<-release
 		case 2:
 			fail.Store(true)
+		case 3:
+			return false // "full" is exhausted in the failing round
 		}
 		return true
 	}))
@@ -74,13 +76,16 @@ func TestGroupCommitDeferredOnTxnErrorIsNotUnknown(t *testing.T) {
 	a1 := fx.ReserveRequest(authority.ObjectActor, "dup", conformance.TargetA)
 	a2 := fx.ReserveRequest(authority.ObjectActor, "dup", conformance.TargetA)
 	var wg sync.WaitGroup
-	var err1, err2 error
+	full := fx.ReserveRequest(authority.ObjectActor, "full", conformance.TargetA)
+	var err1, err2, err3 error
 	wg.Go(func() { _, _ = s.Reserve(context.Background(), x) })
 	<-entered
 	wg.Go(func() { _, err1 = s.Reserve(context.Background(), a1) })
 	waitQueued(t, s, 1)
 	wg.Go(func() { _, err2 = s.Reserve(context.Background(), a2) })
 	waitQueued(t, s, 2)
+	wg.Go(func() { _, err3 = s.Reserve(context.Background(), full) })
+	waitQueued(t, s, 3)
 	close(release)
 	wg.Wait()
 	t.Logf("admitted: %v", err1)
@@ -88,4 +93,6 @@ func TestGroupCommitDeferredOnTxnErrorIsNotUnknown(t *testing.T) {
 	require.ErrorIs(t, err1, authority.ErrOutcomeUnknown)
 	require.ErrorIs(t, err2, authority.ErrUnavailable)
 	require.False(t, errors.Is(err2, authority.ErrOutcomeUnknown), "a request that was not in the Txn reports an unknown outcome")
+	require.ErrorIs(t, err3, authority.ErrUnavailable)
+	require.False(t, errors.Is(err3, authority.ErrOutcomeUnknown), "an exhausted request reports an unknown outcome")
 }
