@@ -324,3 +324,30 @@ func TestLoserFindsASettledAdmission(t *testing.T) {
 	require.Equal(t, coordinator.Rejected, loser.State)
 	require.Equal(t, int64(1), a.materialized.Load())
 }
+
+// A discard that panics during the rollback is a cleanup failure, not a
+// crash of the process (it runs on its own goroutine) and, during a
+// creation's panic, does not replace that panic.
+func TestDiscardPanicIsACleanupFailure(t *testing.T) {
+	e := newEnv(t, memoryFactory)
+	c, _ := newCoordinator(t, e.h.Store, coordinator.UserSpotOptions{}, localTarget())
+	boom := errors.New("materialize failed")
+	failing := func(context.Context, coordinator.Target, *authority.Snapshot) (coordinator.Materialized, error) {
+		return coordinator.Materialized{}, boom
+	}
+	panickingDiscard := func(context.Context) error { panic("discard exploded") }
+	_, err := c.GetOrCreate(e.ctx, request("spot-1"), failing, panickingDiscard)
+	require.ErrorIs(t, err, boom)
+	var rb *coordinator.RollbackError
+	require.ErrorAs(t, err, &rb)
+	require.ErrorContains(t, err, "discard panicked: discard exploded")
+	requireMissing(t, e, authority.ObjectUserSpot, "spot-1")
+
+	panicking := func(context.Context, coordinator.Target, *authority.Snapshot) (coordinator.Materialized, error) {
+		panic("materialize exploded")
+	}
+	require.PanicsWithValue(t, "materialize exploded", func() {
+		_, _ = c.GetOrCreate(e.ctx, request("spot-2"), panicking, panickingDiscard)
+	})
+	requireMissing(t, e, authority.ObjectUserSpot, "spot-2")
+}

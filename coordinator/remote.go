@@ -194,9 +194,10 @@ func (c *UserSpotCoordinator) materializeRemoteCreate(ctx context.Context, req R
 			return
 		}
 		// materialize, a hook or a publication panicked: roll back as the seed
-		// does for a thrown error, then let the panic go on.
+		// does for a thrown error, then let the panic go on (a second panic in
+		// the cleanup must not replace it).
 		if out.pub != nil {
-			out.pub.Abort()
+			_ = catchPanic("publication abort", func() error { out.pub.Abort(); return nil })
 		}
 		c.rollback(ctx, abortReq, discard, out.commitUnknown)
 	}()
@@ -336,7 +337,7 @@ func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.A
 		case discard == nil:
 			return nil
 		}
-		if err := discard(cctx); err != nil {
+		if err := catchPanic("discard", func() error { return discard(cctx) }); err != nil {
 			return []error{err}
 		}
 		return nil
@@ -351,7 +352,7 @@ func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.A
 			results <- nil
 			return
 		}
-		results <- discard(cctx)
+		results <- catchPanic("discard", func() error { return discard(cctx) })
 	}()
 	var errs []error
 	for range 2 {
@@ -373,6 +374,18 @@ func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.A
 		}
 	}
 	return errs
+}
+
+// catchPanic runs f, an application callback of the cleanup, and returns a
+// panic in it as a cleanup failure: on its own goroutine it would end the
+// process, and during a creation's panic it would replace that panic.
+func catchPanic(what string, f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("User Spot creation cleanup: %s panicked: %v", what, v)
+		}
+	}()
+	return f()
 }
 
 // errObjectKept is the cleanup failure of a creation whose Ready commit may
