@@ -444,9 +444,7 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 		{"StaleParticipantDeleted", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
-			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), m.b1Key, m.b1.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, res.Kind)
+			fx.Delete(m.b1Key, m.b1.StoreVersion)
 			stale(t, fx, fence)
 		}},
 		{"StaleTargetNotLive", func(t *testing.T, fx *Fixture) {

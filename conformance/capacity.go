@@ -72,9 +72,7 @@ func RunTestCapacity(t *testing.T, f Factory) {
 		}},
 		{"DeleteReleasesActive", func(t *testing.T, fx *Fixture) {
 			s := fx.Active(authority.ObjectActor, "a1", TargetA)
-			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), fx.Key(authority.ObjectActor, "a1"), s.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, res.Kind)
+			fx.Delete(fx.Key(authority.ObjectActor, "a1"), s.StoreVersion)
 			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
 		}},
 		{"Exhaustion", func(t *testing.T, fx *Fixture) {

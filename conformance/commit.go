@@ -67,9 +67,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 		{"StaleAfterCommittedRowDeleted", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready := fx.MustCommit(r, []byte("ready"))
-			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r.Key, ready.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, del.Kind)
+			fx.Delete(r.Key, ready.StoreVersion)
 			stale(t, fx, r.CommitRequest([]byte("ready")))
 		}},
 		{"StaleMissingRow", func(t *testing.T, fx *Fixture) {
@@ -124,9 +122,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 			// reservation: stale, and the new reservation is untouched.
 			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready := fx.MustCommit(r1, []byte("ready"))
-			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, ready.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, del.Kind)
+			fx.Delete(r1.Key, ready.StoreVersion)
 			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			stale(t, fx, r1.CommitRequest([]byte("ready")))
 			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
@@ -160,9 +156,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 			// tells the rows apart by ObjectGeneration.
 			r1 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready1 := fx.MustCommit(r1, []byte("ready"))
-			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r1.Key, ready1.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, del.Kind)
+			fx.Delete(r1.Key, ready1.StoreVersion)
 			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready2 := fx.MustCommit(r2, []byte("ready-2"))
 			before := fx.State()

@@ -304,6 +304,14 @@ func (f *Fixture) Put(key authority.Key, expected authority.StoreVersion, payloa
 	return res.Snapshot
 }
 
+// Delete deletes an active row at version expected and requires KindDeleted.
+func (f *Fixture) Delete(key authority.Key, expected authority.StoreVersion) {
+	f.T.Helper()
+	res, err := f.Store().CompareExchangeAuthority(f.Ctx(), key, expected, authority.Delete())
+	require.NoError(f.T, err)
+	require.Equal(f.T, authority.KindDeleted, res.Kind, "delete %s: current %+v", key, res.Current)
+}
+
 // Usage returns CapacityUsage of one counter.
 func (f *Fixture) Usage(node authority.NodeDescriptor, lifecycleGeneration int64, kind authority.ObjectKind, stableType string) authority.CapacityUsage {
 	f.T.Helper()

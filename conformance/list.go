@@ -136,9 +136,7 @@ func RunTestList(t *testing.T, f Factory) {
 		{"OmitsDeletedRows", func(t *testing.T, fx *Fixture) {
 			rows := populate(fx, "a", "b", "c")
 			key := fx.Key(authority.ObjectActor, "b")
-			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), key, rows[key].StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, res.Kind)
+			fx.Delete(key, rows[key].StoreVersion)
 			delete(rows, key)
 			require.Equal(t, sortedKeys(rows), keysOf(fx.ListAll(authority.KindPrefix(authority.ObjectActor), 1)))
 		}},
@@ -216,9 +214,7 @@ func RunTestList(t *testing.T, f Factory) {
 		})},
 		{"MidScanDeleteAhead", midScan(func(t *testing.T, fx *Fixture, rows map[authority.Key]*authority.Snapshot) {
 			key := fx.Key(authority.ObjectActor, "e")
-			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), key, rows[key].StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, res.Kind)
+			fx.Delete(key, rows[key].StoreVersion)
 		})},
 		{"MidScanUpdateAhead", midScan(func(t *testing.T, fx *Fixture, rows map[authority.Key]*authority.Snapshot) {
 			key := fx.Key(authority.ObjectActor, "f")

@@ -173,9 +173,7 @@ func RunTestReserve(t *testing.T, f Factory) {
 			require.NotEqual(t, r1.Res.ReservationID, r2.Res.ReservationID)
 			require.NotEqual(t, r1.Res.Creating.StoreVersion, r2.Res.Creating.StoreVersion)
 			ready := fx.MustComplete(r2, authority.TerminalCreated, []byte("ready"), fx.Publication()).Ready
-			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r2.Key, ready.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, del.Kind)
+			fx.Delete(r2.Key, ready.StoreVersion)
 			r3 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			require.Greater(t, r3.Res.Creating.ObjectGeneration, r2.Res.Creating.ObjectGeneration)
 		}},

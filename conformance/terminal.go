@@ -69,9 +69,7 @@ func RunTestCreationTerminal(t *testing.T, f Factory) {
 		{"SurvivesRowDeletion", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			res := fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), fx.Publication())
-			del, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), r.Key, res.Ready.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, del.Kind)
+			fx.Delete(r.Key, res.Ready.StoreVersion)
 			requireFound(t, fx, res.Terminal)
 		}},
 		{"ReturnsCopies", func(t *testing.T, fx *Fixture) {

@@ -65,9 +65,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 			w := waiter(t, fx)
 			s := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			key := fx.Key(authority.ObjectUserSpot, "s1")
-			res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), key, s.StoreVersion, authority.Delete())
-			require.NoError(t, err)
-			require.Equal(t, authority.KindDeleted, res.Kind)
+			fx.Delete(key, s.StoreVersion)
 			require.NoError(t, wait(w, key, s.StoreVersion))
 		}},
 		{"WakesOnLaterWrite", func(t *testing.T, fx *Fixture) {
