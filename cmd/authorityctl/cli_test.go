@@ -183,6 +183,7 @@ func TestErrors(t *testing.T) {
 			exitUsage, []string{"--yes", "--dry-run"}},
 		{"remove-owner needs generation", nil, on(goldenNS, "remove-owner", "owner-a", "--yes"),
 			exitUsage, []string{"--lease-generation"}},
+		{"prune-epochs needs --yes", nil, on(goldenNS, "prune-epochs"), exitUsage, []string{"--yes", "--dry-run"}},
 		{"remove-owner refuses a live owner", nil, on(goldenNS, "remove-owner", "owner-a", "--lease-generation", "1", "--yes"),
 			exitFailure, []string{"still live", "--force"}},
 	}
@@ -380,6 +381,54 @@ func TestRemoveOwner(t *testing.T) {
 	out, _, code = cli(t, nil, on(ns, "remove-owner", "owner-a", "--lease-generation", "1", "--yes", "-o", "json")...)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `"removed": 0`)
+}
+
+// prune-epochs lists, then deletes, the epoch of a node lifecycle whose
+// capacity was all released; nodes that still hold capacity keep theirs.
+func TestPruneEpochs(t *testing.T) {
+	ctx := context.Background()
+	ns := fmt.Sprintf("/prune-%d/", time.Now().UnixNano())
+	store, err := etcdstore.New(ctx, etcdstore.Config{Client: testClient, Namespace: ns})
+	require.NoError(t, err)
+	defer store.Close()
+	defer func() { _, _ = testClient.Delete(ctx, ns, clientv3.WithPrefix()) }()
+	leases, err := populateDemo(ctx, store, func(string, ...any) {})
+	require.NoError(t, err)
+	defer func() {
+		for _, l := range leases {
+			_ = l.Close(ctx)
+		}
+	}()
+	dryRun := func() pruneView {
+		t.Helper()
+		out, errOut, code := cli(t, nil, on(ns, "prune-epochs", "--dry-run", "-o", "json")...)
+		require.Equal(t, 0, code, errOut)
+		var v pruneView
+		require.NoError(t, json.Unmarshal([]byte(out), &v))
+		require.True(t, v.DryRun)
+		return v
+	}
+	require.Empty(t, dryRun().Epochs, "every node of the demo holds capacity")
+
+	require.NoError(t, leases[0].Close(ctx))
+	_, errOut, code := cli(t, nil, on(ns, "remove-owner", "owner-a", "--lease-generation", "1", "--yes")...)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []epochView{{Mesh: demoNodeA.MeshName, Node: demoNodeA.RID, Lifecycle: 1}}, dryRun().Epochs)
+	out, errOut, code := cli(t, nil, on(ns, "prune-epochs", "--dry-run")...)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `would prune 1 capacity epochs:\n`, out)
+	require.Regexp(t, demoNodeA.RID+`\s+1\n`, out)
+
+	out, errOut, code = cli(t, nil, on(ns, "prune-epochs", "--yes")...)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `PRUNED\s*\n1\s*\n`, out)
+	require.Empty(t, dryRun().Epochs)
+	epochs, err := testClient.Get(ctx, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	require.Positive(t, epochs.Count, "the other nodes keep their epochs")
+	out, _, code = cli(t, nil, on(ns, "prune-epochs", "--yes", "-o", "json")...)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"pruned": 0`)
 }
 
 func TestDemo(t *testing.T) {

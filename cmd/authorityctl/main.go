@@ -2,8 +2,9 @@
 // rows, owner leases, capacity, terminals, aggregates and reservations, plus
 // a doctor for the etcd cluster and a self-contained demo.
 //
-// It is read-only unless a command says otherwise: the only operator write
-// is remove-owner, behind --yes (or --dry-run to list what it would remove).
+// It is read-only unless a command says otherwise: the only operator writes
+// are remove-owner and prune-epochs, behind --yes (or --dry-run to list what
+// they would remove).
 //
 // Exit codes:
 //

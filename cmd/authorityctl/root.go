@@ -38,8 +38,8 @@ type globals struct {
 
 const rootLong = `authorityctl inspects and operates the etcd-backed authority store.
 
-It is read-only unless a command says otherwise; remove-owner is the only
-operator write and needs --yes.
+It is read-only unless a command says otherwise; remove-owner and
+prune-epochs are the only operator writes and need --yes.
 
 Every global flag can also be set through an environment variable named
 AUTHORITYCTL_<FLAG> (for example AUTHORITYCTL_ENDPOINTS, AUTHORITYCTL_PASSWORD);
@@ -88,7 +88,7 @@ func newRootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Co
 		newGetCommand(g), newListCommand(g), newWatchCommand(g),
 		newOwnersCommand(g), newCapacityCommand(g),
 		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
-		newDoctorCommand(g), newRemoveOwnerCommand(g), newDemoCommand(g),
+		newDoctorCommand(g), newRemoveOwnerCommand(g), newPruneEpochsCommand(g), newDemoCommand(g),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })

@@ -73,7 +73,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		t.cmp(modRevIs(aggKey, expiredRev))
 		t.cmp(s.liveCmp(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner))
 		if policy != nil {
-			u, _, ok, err := s.usageAt(ctx, resp, ur)
+			u, epoch, ok, err := s.usageAt(ctx, resp, ur)
 			if err != nil {
 				return authority.PrepareAggregateResult{}, err
 			}
@@ -84,7 +84,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			if !fits(policy, target, u) {
 				return conflict, nil
 			}
-			s.fenceCapacity(t, target.Descriptor, target.DescriptorLifecycleGeneration, resp.Header.Revision)
+			s.fenceCapacity(t, target.Descriptor, target.DescriptorLifecycleGeneration, epoch)
 		}
 		source := authority.CapacityVector{}
 		liveSeen := map[string]bool{}

@@ -72,12 +72,23 @@ func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, i i
 }
 
 // fenceCapacity adds to t the condition that no capacity entry of the node
-// lifecycle changed after rev: the node's capacity epoch (touched by every
-// such change) is not newer. One key, so etcd checks it in O(1) however many
-// entries the node holds. A Txn so fenced is sent alone, never merged with
-// writes that may touch the same epoch.
-func (s *Store) fenceCapacity(t *txn, node authority.NodeDescriptor, lifecycle int64, rev int64) {
-	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.capacityEpoch(node, lifecycle)), "<", rev+1))
+// lifecycle changed since the read that decided on its usage: the node's
+// capacity epoch (put by every such change) still has the ModRevision epoch
+// it had at that read (0: absent). One key, so etcd checks it in O(1)
+// however many entries the node holds.
+//
+// The compare is an equality, not "no newer than the read", because
+// PruneCapacityEpochs deletes the epoch of a node whose capacity range is
+// empty: a deleted epoch has ModRevision 0, which "< read+1" would accept
+// after entries the decision counted were removed. With equality, a
+// decision on a present epoch fails once it is pruned, and a decision on an
+// absent epoch (an empty range) holds only while it is still absent, which
+// means the range is still empty (a change would have put the epoch).
+//
+// A Txn so fenced is sent alone, never merged with writes that may touch the
+// same epoch.
+func (s *Store) fenceCapacity(t *txn, node authority.NodeDescriptor, lifecycle int64, epoch int64) {
+	t.cmp(modRevIs(s.keys.capacityEpoch(node, lifecycle), epoch))
 	t.alone = true
 }
 

@@ -45,9 +45,10 @@
 // (CreateRevision > 0, so a zombie owner whose lease expired cannot write),
 // the aggregate record's ModRevision and, under a capacity policy, that no
 // capacity entry of the node changed since the usage the decision used:
-// ModRevision(capacity epoch) < readRevision+1, one key however many entries
-// the node holds (every Txn that puts or deletes a capacity entry also puts
-// its node's epoch). The usage itself is summed from the node's capacity
+// ModRevision(capacity epoch) = the ModRevision that read saw, one key
+// however many entries the node holds (every Txn that puts or deletes a
+// capacity entry also puts its node's epoch; PruneCapacityEpochs deletes
+// the epochs of nodes that hold no entry). The usage itself is summed from the node's capacity
 // range once, then kept current by a watch on that range (usagewatch.go).
 // Conflict answers come from the Txn's Else gets. Rows are not attached to owner leases: RemoveAllByOwner
 // deletes them explicitly through the owner index, in batches that fit the

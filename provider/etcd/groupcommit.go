@@ -426,7 +426,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			pending, snap = next, nil
 			continue
 		}
-		s.fenceCapacity(t, node, lifecycle, snap.Header.Revision)
+		s.fenceCapacity(t, node, lifecycle, epoch)
 		var waiting []int // pending requests whose outcome this Txn decides
 		for _, i := range pending {
 			if decisions[i] != decideRefused {

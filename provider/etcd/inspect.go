@@ -99,6 +99,12 @@ func OwnerIndexPrefix(namespace string, owner authority.OwnerToken) string {
 	return layout{ns: namespace}.ownerRowsPrefix(owner)
 }
 
+// CapacityNodePrefix returns the prefix of the capacity entries of one node
+// lifecycle.
+func CapacityNodePrefix(namespace string, node authority.NodeDescriptor, lifecycle int64) string {
+	return layout{ns: namespace}.capacityNode(node, lifecycle)
+}
+
 // Entry is one decoded key-value of a store's namespace: its kind, the parts
 // of its key and its decoded value. Only the fields its kind names are set.
 type Entry struct {

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// epochView is one node lifecycle's capacity epoch.
+type epochView struct {
+	Mesh      string `json:"mesh"`
+	Node      string `json:"node"`
+	Lifecycle int64  `json:"lifecycle"`
+}
+
+// pruneView is what prune-epochs did or would do.
+type pruneView struct {
+	DryRun bool        `json:"dryRun"`
+	Epochs []epochView `json:"epochs"`
+	Pruned int         `json:"pruned"`
+}
+
+func newPruneEpochsCommand(g *globals) *cobra.Command {
+	var yes, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "prune-epochs (--dry-run | --yes)",
+		Short: "Delete the capacity epochs of node lifecycles that hold no capacity",
+		Long: `Delete the capacity epoch key of every node lifecycle that holds no
+capacity entry (the store's PruneCapacityEpochs). Every node restart is a new
+lifecycle, and each lifecycle that ever held capacity leaves its epoch key
+behind until it is pruned. Each delete is fenced on the node's capacity range
+being empty, so it is safe next to running stores. This is an operator
+write: it needs --yes; --dry-run lists the epochs it would delete now.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if yes == dryRun {
+				return usageError(errors.New("prune-epochs writes: pass exactly one of --yes or --dry-run"))
+			}
+			ctx, cancel := g.commandContext(cmd.Context())
+			defer cancel()
+			s, c, done, err := g.store(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			out := pruneView{DryRun: dryRun, Epochs: []epochView{}}
+			if yes {
+				n, err := s.PruneCapacityEpochs(ctx)
+				out.Pruned = n
+				if err != nil {
+					return fmt.Errorf("pruned %d capacity epochs, then: %w", n, err)
+				}
+				t := &table{header: []string{"PRUNED"}}
+				t.add(strconv.Itoa(n))
+				return render(g.stdout, g.output, out, t)
+			}
+			kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), clientv3.WithKeysOnly())
+			if err != nil {
+				return err
+			}
+			t := &table{header: []string{"MESH", "NODE", "LIFECYCLE"}}
+			for _, kv := range kvs {
+				e, err := etcdstore.DecodeEntry(g.namespace, kv)
+				if err != nil {
+					return err
+				}
+				p := etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle)
+				held, err := c.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+				if err != nil {
+					return err
+				}
+				if held.Count > 0 {
+					continue
+				}
+				out.Epochs = append(out.Epochs, epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle})
+				t.add(e.Node.MeshName, e.Node.RID, strconv.FormatInt(e.Lifecycle, 10))
+			}
+			if g.output == outputTable || g.output == outputWide {
+				fmt.Fprintf(g.stdout, "would prune %d capacity epochs:\n", len(out.Epochs))
+			}
+			return render(g.stdout, g.output, out, t)
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "really delete the epochs")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only list the epochs that would be deleted")
+	return cmd
+}

@@ -1,0 +1,229 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/etcdtest"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// epochLifecycles returns the lifecycles of NodeA whose capacity epoch
+// exists in ns.
+func epochLifecycles(t *testing.T, ns string) []int64 {
+	t.Helper()
+	return nodeEpochs(t, ns, conformance.NodeA)
+}
+
+// nodeEpochs returns the lifecycles of node whose capacity epoch exists in
+// ns.
+func nodeEpochs(t *testing.T, ns string, node authority.NodeDescriptor) []int64 {
+	t.Helper()
+	resp, err := shared.Get(context.Background(), ns+"capacity-epochs/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	var out []int64
+	for _, kv := range resp.Kvs {
+		e, err := etcdstore.DecodeEntry(ns, kv)
+		require.NoError(t, err)
+		require.Equal(t, etcdstore.EntryCapacityEpoch, e.Kind)
+		if e.Node == node {
+			out = append(out, e.Lifecycle)
+		}
+	}
+	return out
+}
+
+// lifecycleOwner is the owner fixtures place on NodeA at lifecycle l.
+func lifecycleOwner(l int64) authority.OwnerToken {
+	return authority.OwnerToken{OwnerID: fmt.Sprintf("owner-l%d", l), LeaseGeneration: 1}
+}
+
+// Epochs of node lifecycles without capacity entries go, in Txns cut to
+// --max-txn-ops (8 here); those with entries stay, and a pruned lifecycle takes
+// reservations again (its epoch comes back).
+func TestPruneCapacityEpochs(t *testing.T) {
+	ns := etcdtest.Namespace()
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock, MaxTxnOps: 8})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+
+	n, err := s.PruneCapacityEpochs(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing to prune in an empty namespace")
+
+	const lifecycles = 20
+	var kept []int64
+	for l := int64(1); l <= lifecycles; l++ {
+		target := conformance.Target(conformance.NodeA, l, lifecycleOwner(l))
+		fx.SetLive(target, true)
+		r := fx.Reserve(authority.ObjectActor, fmt.Sprintf("obj-%d", l), target)
+		if l%3 == 0 {
+			fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), fx.Publication())
+			kept = append(kept, l)
+		} else if l%3 == 1 {
+			kept = append(kept, l) // stays reserved
+		}
+	}
+	require.Len(t, epochLifecycles(t, ns), lifecycles)
+	for l := int64(1); l <= lifecycles; l++ {
+		if l%3 == 2 {
+			removed, err := s.RemoveAllByOwner(ctx, lifecycleOwner(l))
+			require.NoError(t, err)
+			require.EqualValues(t, 1, removed)
+		}
+	}
+	require.Len(t, epochLifecycles(t, ns), lifecycles, "removing entries puts the epoch, it does not delete it")
+
+	before := s.WriteStats().Txns
+	n, err = s.PruneCapacityEpochs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lifecycles-len(kept), n)
+	require.ElementsMatch(t, kept, epochLifecycles(t, ns))
+	require.EqualValues(t, 3, s.WriteStats().Txns-before, "20 epochs, at most 8 a Txn")
+	for _, l := range kept {
+		u := fx.Usage(conformance.NodeA, l, authority.ObjectActor, conformance.DefaultStableType)
+		if l%3 == 0 {
+			require.Equal(t, authority.CapacityUsage{Active: 1}, u)
+		} else {
+			require.Equal(t, authority.CapacityUsage{Reserved: 1}, u)
+		}
+	}
+
+	n, err = s.PruneCapacityEpochs(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a second prune finds nothing")
+
+	// a pruned lifecycle reserves again under a policy, and counts from zero
+	s.SetCapacityPolicy(conformance.ActorLimit(1))
+	target := conformance.Target(conformance.NodeA, 2, lifecycleOwner(2))
+	fx.Reserve(authority.ObjectActor, "again", target)
+	res, err := s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "over", target))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+	require.Contains(t, epochLifecycles(t, ns), int64(2))
+}
+
+// A reservation decided on usage read before its node's entries were
+// removed and its epoch pruned does not commit on that stale decision: its
+// fence fails and it asks the policy again, with the usage after the prune.
+// (A "no newer than the read" fence would pass on the deleted epoch.)
+func TestPruneFailsAStaleDecision(t *testing.T) {
+	ns := etcdtest.Namespace()
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	other := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lifecycleOwner(9))
+	fx.SetLive(other, true)
+	fx.Reserve(authority.ObjectActor, "held", other)
+	require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns))
+
+	var mu sync.Mutex
+	var seen []int64 // reserved actors each policy call saw
+	var calls atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(_ authority.NodeDescriptor, _, reserved, active authority.CapacityVector) bool {
+		mu.Lock()
+		seen = append(seen, reserved.Actors+active.Actors)
+		mu.Unlock()
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return true
+	}))
+	var res authority.ReserveResult
+	var rerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, rerr = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
+	}()
+	<-entered
+	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, removed)
+	n, err := s.PruneCapacityEpochs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Empty(t, epochLifecycles(t, ns))
+	close(release)
+	<-done
+
+	require.NoError(t, rerr)
+	require.Equal(t, authority.KindReserved, res.Kind)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int64{1, 0}, seen, "decided again on the usage after the prune")
+	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
+	// the node's usage watch, started by the first decision, follows on
+	u, ok, err := etcdstore.WatchedUsage(ctx, s, conformance.NodeA, conformance.NodeLifecycle, authority.ObjectActor, conformance.DefaultStableType)
+	require.NoError(t, err)
+	require.True(t, ok, "the watch caught up with the reservation after the prune")
+	require.Equal(t, authority.CapacityUsage{Reserved: 1}, u)
+}
+
+// The same holds for an aggregate prepare under a policy: its decision on
+// the target node's usage is fenced on the epoch it read.
+func TestPruneFailsAStaleAggregateDecision(t *testing.T) {
+	ns := etcdtest.Namespace()
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	a1 := fx.Active(authority.ObjectActor, "a1", conformance.TargetA)
+	other := conformance.Target(conformance.NodeB, conformance.NodeLifecycle, lifecycleOwner(9))
+	fx.SetLive(other, true)
+	fx.Reserve(authority.ObjectActor, "held", other)
+	req := conformance.AggregateRequest("agg-prune", 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
+		conformance.Participant(fx.Key(authority.ObjectActor, "a1"), a1.StoreVersion, authority.TransitionNewOwner, []byte("a1-moved")))
+
+	var mu sync.Mutex
+	var seen []int64
+	var calls atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(_ authority.NodeDescriptor, _, reserved, active authority.CapacityVector) bool {
+		mu.Lock()
+		seen = append(seen, reserved.Actors+active.Actors)
+		mu.Unlock()
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return true
+	}))
+	var res authority.PrepareAggregateResult
+	var perr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, perr = s.PrepareAggregate(ctx, req)
+	}()
+	<-entered
+	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, removed)
+	n, err := s.PruneCapacityEpochs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "NodeB's epoch goes; NodeA holds a1")
+	require.Empty(t, nodeEpochs(t, ns, conformance.NodeB))
+	require.Equal(t, []int64{conformance.NodeLifecycle}, nodeEpochs(t, ns, conformance.NodeA))
+	close(release)
+	<-done
+
+	require.NoError(t, perr)
+	require.Equal(t, authority.KindPrepared, res.Kind)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int64{1, 0}, seen, "decided again on the usage after the prune")
+	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
+}
