@@ -127,20 +127,7 @@ func TestPruneFailsAStaleDecision(t *testing.T) {
 	fx.Reserve(authority.ObjectActor, "held", other)
 	require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns))
 
-	var mu sync.Mutex
-	var seen []int64 // reserved actors each policy call saw
-	var calls atomic.Int64
-	entered, release := make(chan struct{}), make(chan struct{})
-	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(_ authority.NodeDescriptor, _, reserved, active authority.CapacityVector) bool {
-		mu.Lock()
-		seen = append(seen, reserved.Actors+active.Actors)
-		mu.Unlock()
-		if calls.Add(1) == 1 {
-			close(entered)
-			<-release
-		}
-		return true
-	}))
+	p := stallFirstDecision(s)
 	var res authority.ReserveResult
 	var rerr error
 	done := make(chan struct{})
@@ -148,7 +135,7 @@ func TestPruneFailsAStaleDecision(t *testing.T) {
 		defer close(done)
 		res, rerr = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
 	}()
-	<-entered
+	<-p.entered
 	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, removed)
@@ -156,14 +143,12 @@ func TestPruneFailsAStaleDecision(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Empty(t, epochLifecycles(t, ns))
-	close(release)
+	close(p.release)
 	<-done
 
 	require.NoError(t, rerr)
 	require.Equal(t, authority.KindReserved, res.Kind)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []int64{1, 0}, seen, "decided again on the usage after the prune")
+	require.Equal(t, []int64{1, 0}, p.seenUsage(), "decided again on the usage after the prune")
 	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
 	// the node's usage watch, started by the first decision, follows on
 	u, ok, err := etcdstore.WatchedUsage(ctx, s, conformance.NodeA, conformance.NodeLifecycle, authority.ObjectActor, conformance.DefaultStableType)
@@ -187,20 +172,7 @@ func TestPruneFailsAStaleAggregateDecision(t *testing.T) {
 	req := conformance.AggregateRequest("agg-prune", 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
 		conformance.Participant(fx.Key(authority.ObjectActor, "a1"), a1.StoreVersion, authority.TransitionNewOwner, []byte("a1-moved")))
 
-	var mu sync.Mutex
-	var seen []int64
-	var calls atomic.Int64
-	entered, release := make(chan struct{}), make(chan struct{})
-	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(_ authority.NodeDescriptor, _, reserved, active authority.CapacityVector) bool {
-		mu.Lock()
-		seen = append(seen, reserved.Actors+active.Actors)
-		mu.Unlock()
-		if calls.Add(1) == 1 {
-			close(entered)
-			<-release
-		}
-		return true
-	}))
+	p := stallFirstDecision(s)
 	var res authority.PrepareAggregateResult
 	var perr error
 	done := make(chan struct{})
@@ -208,7 +180,7 @@ func TestPruneFailsAStaleAggregateDecision(t *testing.T) {
 		defer close(done)
 		res, perr = s.PrepareAggregate(ctx, req)
 	}()
-	<-entered
+	<-p.entered
 	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, removed)
@@ -217,13 +189,44 @@ func TestPruneFailsAStaleAggregateDecision(t *testing.T) {
 	require.Equal(t, 1, n, "NodeB's epoch goes; NodeA holds a1")
 	require.Empty(t, nodeEpochs(t, ns, conformance.NodeB))
 	require.Equal(t, []int64{conformance.NodeLifecycle}, nodeEpochs(t, ns, conformance.NodeA))
-	close(release)
+	close(p.release)
 	<-done
 
 	require.NoError(t, perr)
 	require.Equal(t, authority.KindPrepared, res.Kind)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []int64{1, 0}, seen, "decided again on the usage after the prune")
+	require.Equal(t, []int64{1, 0}, p.seenUsage(), "decided again on the usage after the prune")
 	fx.RequireUsage(conformance.NodeB, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
+}
+
+// stalledPolicy admits every request, records the actors (reserved plus
+// active) each decision saw, and holds the first decision until release is
+// closed; entered is closed once it holds.
+type stalledPolicy struct {
+	mu               sync.Mutex
+	seen             []int64
+	calls            atomic.Int64
+	entered, release chan struct{}
+}
+
+// stallFirstDecision sets a stalledPolicy as the capacity policy of s.
+func stallFirstDecision(s *etcdstore.Store) *stalledPolicy {
+	p := &stalledPolicy{entered: make(chan struct{}), release: make(chan struct{})}
+	s.SetCapacityPolicy(conformance.CapacityPolicyFunc(func(_ authority.NodeDescriptor, _, reserved, active authority.CapacityVector) bool {
+		p.mu.Lock()
+		p.seen = append(p.seen, reserved.Actors+active.Actors)
+		p.mu.Unlock()
+		if p.calls.Add(1) == 1 {
+			close(p.entered)
+			<-p.release
+		}
+		return true
+	}))
+	return p
+}
+
+// seenUsage returns the actors each decision saw, in order.
+func (p *stalledPolicy) seenUsage() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int64(nil), p.seen...)
 }
