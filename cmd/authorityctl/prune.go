@@ -17,11 +17,15 @@ type epochView struct {
 	Lifecycle int64  `json:"lifecycle"`
 }
 
-// pruneView is what prune-epochs did or would do.
+// pruneView is what prune-epochs --dry-run would delete.
 type pruneView struct {
 	DryRun bool        `json:"dryRun"`
 	Epochs []epochView `json:"epochs"`
-	Pruned int         `json:"pruned"`
+}
+
+// prunedView is what prune-epochs --yes deleted.
+type prunedView struct {
+	Pruned int `json:"pruned"`
 }
 
 func newPruneEpochsCommand(g *globals) *cobra.Command {
@@ -47,17 +51,16 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 				return err
 			}
 			defer done()
-			out := pruneView{DryRun: dryRun, Epochs: []epochView{}}
 			if yes {
 				n, err := s.PruneCapacityEpochs(ctx)
-				out.Pruned = n
 				if err != nil {
 					return fmt.Errorf("pruned %d capacity epochs, then: %w", n, err)
 				}
 				t := &table{header: []string{"PRUNED"}}
 				t.add(strconv.Itoa(n))
-				return render(g.stdout, g.output, out, t)
+				return render(g.stdout, g.output, prunedView{Pruned: n}, t)
 			}
+			out := pruneView{DryRun: true, Epochs: []epochView{}}
 			kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), clientv3.WithKeysOnly())
 			if err != nil {
 				return err
@@ -66,14 +69,16 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 			for _, kv := range kvs {
 				e, err := etcdstore.DecodeEntry(g.namespace, kv)
 				if err != nil {
-					return err
+					// --yes leaves it too, and reports it
+					fmt.Fprintf(g.stderr, "warning: %v\n", err)
+					continue
 				}
 				p := etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle)
-				held, err := c.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+				held, err := c.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
 				if err != nil {
 					return err
 				}
-				if held.Count > 0 {
+				if len(held.Kvs) > 0 {
 					continue
 				}
 				out.Epochs = append(out.Epochs, epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle})

@@ -83,7 +83,9 @@ func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, i i
 // after entries the decision counted were removed. With equality, a
 // decision on a present epoch fails once it is pruned, and a decision on an
 // absent epoch (an empty range) holds only while it is still absent, which
-// means the range is still empty (a change would have put the epoch).
+// means the range is still empty (a change would have put the epoch). That
+// needs every node with entries to have an epoch: a read that finds entries
+// an earlier build wrote without one puts it before deciding (usageAt).
 //
 // A Txn so fenced is sent alone, never merged with writes that may touch the
 // same epoch.

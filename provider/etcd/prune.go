@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"strings"
 
@@ -25,9 +26,14 @@ import (
 // again. Every process writing the namespace must run a version with that
 // fence (this one and later).
 //
-// It sends one Txn per page of epochs (a nested Txn per epoch, as many as
-// --max-txn-ops allows). It is idempotent: after an error (the count says
-// what was deleted before it) run it again.
+// Each page of epochs costs one read Txn, which looks at most one key of
+// each node's capacity range, and, when some of those ranges were empty, one
+// write Txn holding a nested Txn per empty-looking epoch (at most
+// --max-txn-ops - 1: etcd gives each nested Txn what the outer one leaves
+// of that budget). A run that finds nothing to prune writes nothing. A key
+// under capacity-epochs/ that names no node lifecycle is left alone and
+// reported (ErrCorrupt) once the rest is pruned. It is idempotent: after an
+// error (the count says what was deleted before it) run it again.
 func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
@@ -35,47 +41,79 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 	prefix := s.keys.ns + "capacity-epochs/"
 	end := prefixEnd(prefix)
 	from := prefix
+	pageSize := max(1, s.maxOps-1)
 	pruned := 0
+	var bad error // the first key that names no node lifecycle
 	for {
 		rctx, cancel := s.requestContext(ctx)
-		page, err := etcdpage.Read(rctx, s.kv, from, end, 0, int64(max(1, s.maxOps)), clientv3.WithKeysOnly())
+		page, err := etcdpage.Read(rctx, s.kv, from, end, 0, int64(pageSize), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
 			return pruned, mapError(err, false)
 		}
-		for start := 0; start < len(page.Kvs); {
-			t := &txn{}
-			n := start
-			for ; n < len(page.Kvs); n++ {
-				epoch := string(page.Kvs[n].Key)
-				node, err := s.epochNode(epoch)
-				if err != nil {
-					return pruned, err
-				}
-				bytes := 2*len(epoch) + 2*len(node) + 3*opOverhead
-				if n > start && (t.ops() >= s.maxOps || t.bytes+bytes > s.maxBytes) {
-					break
-				}
-				empty := clientv3.Compare(clientv3.CreateRevision(node), "=", 0).WithRange(prefixEnd(node))
-				t.then = append(t.then, clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{clientv3.OpDelete(epoch)}, nil))
-				t.bytes += bytes
+		var epochs, nodes []string
+		var looks []clientv3.Op
+		for _, kv := range page.Kvs {
+			node, err := s.epochNode(string(kv.Key))
+			if err != nil {
+				bad = cmp.Or(bad, err)
+				continue
 			}
-			resp, err := s.commit(ctx, t, "pruning capacity epochs")
+			epochs, nodes = append(epochs, string(kv.Key)), append(nodes, node)
+			looks = append(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+		}
+		if len(looks) > 0 {
+			held, err := s.read(ctx, looks...)
 			if err != nil {
 				return pruned, err
 			}
-			for _, r := range resp.Responses {
-				if sub := r.GetResponseTxn(); sub != nil && sub.Succeeded {
-					pruned += int(sub.Responses[0].GetResponseDeleteRange().Deleted)
+			t := &txn{}
+			for i, epoch := range epochs {
+				if len(rangeKvs(held, i)) > 0 {
+					continue // the node holds capacity: its epoch stays
 				}
+				bytes := 2*len(epoch) + 2*len(nodes[i]) + 3*opOverhead
+				if len(t.then) > 0 && t.bytes+bytes > s.maxBytes {
+					n, err := s.sendPrune(ctx, t)
+					if pruned += n; err != nil {
+						return pruned, err
+					}
+					t = &txn{}
+				}
+				empty := clientv3.Compare(clientv3.CreateRevision(nodes[i]), "=", 0).WithRange(prefixEnd(nodes[i]))
+				t.then = append(t.then, clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{clientv3.OpDelete(epoch)}, nil))
+				t.bytes += bytes
 			}
-			start = n
+			n, err := s.sendPrune(ctx, t)
+			if pruned += n; err != nil {
+				return pruned, err
+			}
 		}
 		if !page.More || len(page.Kvs) == 0 {
-			return pruned, nil
+			return pruned, bad
 		}
 		from = string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
 	}
+}
+
+// sendPrune sends t, a Txn of nested epoch deletes (nothing when it holds
+// none), and returns how many epochs it deleted: those whose node's range
+// was still empty.
+func (s *Store) sendPrune(ctx context.Context, t *txn) (int, error) {
+	if len(t.then) == 0 {
+		return 0, nil
+	}
+	resp, err := s.commit(ctx, t, "pruning capacity epochs")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range resp.Responses {
+		if sub := r.GetResponseTxn(); sub != nil && sub.Succeeded {
+			n += int(sub.Responses[0].GetResponseDeleteRange().Deleted)
+		}
+	}
+	return n, nil
 }
 
 // epochNode returns the capacity range prefix of the node lifecycle whose

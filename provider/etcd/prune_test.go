@@ -88,7 +88,8 @@ func TestPruneCapacityEpochs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lifecycles-len(kept), n)
 	require.ElementsMatch(t, kept, epochLifecycles(t, ns))
-	require.EqualValues(t, 3, s.WriteStats().Txns-before, "20 epochs, at most 8 a Txn")
+	// pages of 7 epochs (8 ops less the outer Txn's one), each with an empty one
+	require.EqualValues(t, 3, s.WriteStats().Txns-before, "one write Txn a page")
 	for _, l := range kept {
 		u := fx.Usage(conformance.NodeA, l, authority.ObjectActor, conformance.DefaultStableType)
 		if l%3 == 0 {
@@ -98,9 +99,11 @@ func TestPruneCapacityEpochs(t *testing.T) {
 		}
 	}
 
+	before = s.WriteStats().Txns
 	n, err = s.PruneCapacityEpochs(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "a second prune finds nothing")
+	require.Equal(t, before, s.WriteStats().Txns, "and writes nothing")
 
 	// a pruned lifecycle reserves again under a policy, and counts from zero
 	s.SetCapacityPolicy(conformance.ActorLimit(1))
@@ -229,4 +232,78 @@ func (p *stalledPolicy) seenUsage() []int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]int64(nil), p.seen...)
+}
+
+// With as many epochs as the server's --max-txn-ops (the default 128 here,
+// the store's default too), the nested deletes are cut to what etcd allows;
+// a key under capacity-epochs/ that names no node lifecycle is left and
+// reported, after the others are pruned.
+func TestPruneAtTheServersTxnLimit(t *testing.T) {
+	ns := etcdtest.Namespace()
+	s := newStore(t, nil, etcdstore.Config{Namespace: ns})
+	ctx := context.Background()
+	const epochs = 2*etcdstore.DefaultMaxTxnOps + 3
+	var puts []clientv3.Op
+	for l := 1; l <= epochs; l++ {
+		puts = append(puts, clientv3.OpPut(fmt.Sprintf("%scapacity-epochs/mesh-1/node-a/%d", ns, l), ""))
+		if len(puts) == 100 || l == epochs {
+			_, err := shared.Txn(ctx).Then(puts...).Commit()
+			require.NoError(t, err)
+			puts = nil
+		}
+	}
+	junk := ns + "capacity-epochs/not-a-node"
+	_, err := shared.Put(ctx, junk, "")
+	require.NoError(t, err)
+
+	before := s.WriteStats().Txns
+	n, err := s.PruneCapacityEpochs(ctx)
+	require.ErrorIs(t, err, authority.ErrCorrupt)
+	require.ErrorContains(t, err, "not-a-node")
+	require.Equal(t, epochs, n)
+	require.EqualValues(t, 3, s.WriteStats().Txns-before, "259 epochs, 127 a Txn")
+	left, err := shared.Get(ctx, ns+"capacity-epochs/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	require.Len(t, left.Kvs, 1)
+	require.Equal(t, junk, string(left.Kvs[0].Key))
+}
+
+// A node whose entries have no epoch (a build before epochs wrote them)
+// gets one before any decision on its usage: otherwise a decision on the
+// absent epoch would survive the entries' removal and a prune.
+func TestPruneFailsAStaleDecisionOnEntriesWithoutEpoch(t *testing.T) {
+	ns := etcdtest.Namespace()
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	other := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lifecycleOwner(9))
+	fx.SetLive(other, true)
+	fx.Reserve(authority.ObjectActor, "held", other)
+	_, err := shared.Delete(ctx, ns+"capacity-epochs/", clientv3.WithPrefix())
+	require.NoError(t, err)
+
+	p := stallFirstDecision(s)
+	var res authority.ReserveResult
+	var rerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, rerr = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
+	}()
+	<-p.entered
+	require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns), "the decision put the missing epoch")
+	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, removed)
+	n, err := s.PruneCapacityEpochs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	close(p.release)
+	<-done
+
+	require.NoError(t, rerr)
+	require.Equal(t, authority.KindReserved, res.Kind)
+	require.Equal(t, []int64{1, 0}, p.seenUsage(), "decided again on the usage after the prune")
+	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
 }

@@ -128,6 +128,13 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 		if err != nil {
 			return nodeUsage{}, 0, false, err
 		}
+		if epoch == 0 && len(kvs) > 0 {
+			// entries without an epoch (written by a build before epochs):
+			// put it, then read again. A decision on an absent epoch is
+			// fenced on it staying absent, which must mean an empty range
+			// (PruneCapacityEpochs deletes only the epochs of empty ones).
+			return nodeUsage{}, 0, false, s.backfillEpoch(ctx, ur.node, ur.lifecycle)
+		}
 		u, err := s.sumUsage(ur.node, ur.lifecycle, kvs)
 		if err != nil {
 			return nodeUsage{}, 0, false, err
@@ -137,6 +144,18 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 	}
 	u, ok = s.usage.wait(ctx, prefix, epoch)
 	return u, epoch, ok, nil
+}
+
+// backfillEpoch puts the capacity epoch of a node lifecycle that has none.
+// The put means only "the node's capacity may have changed now": at worst
+// it fails a concurrent decision's fence, which then decides again.
+func (s *Store) backfillEpoch(ctx context.Context, node authority.NodeDescriptor, lifecycle int64) error {
+	key := s.keys.capacityEpoch(node, lifecycle)
+	t := &txn{}
+	t.cmp(modRevIs(key, 0))
+	t.put(key, "")
+	_, err := s.commit(ctx, t, "the capacity epoch")
+	return err
 }
 
 // watched reports whether the usage of the node with capacity prefix is
@@ -157,6 +176,14 @@ func (ws *usageWatches) wait(ctx context.Context, prefix string, epoch int64) (n
 	for {
 		ws.mu.Lock()
 		w := ws.m[prefix]
+		if w != nil && !w.broken && epoch == 0 && w.at > 0 {
+			// the epoch was pruned (the range is empty) after the watch
+			// applied a change: no later event will name epoch 0, so the
+			// watch cannot serve again; a new one starts from the range
+			ws.drop(prefix, w)
+			ws.mu.Unlock()
+			return nodeUsage{}, false
+		}
 		if w == nil || w.broken || w.at > epoch {
 			ws.mu.Unlock()
 			return nodeUsage{}, false
