@@ -118,46 +118,58 @@ func TestPruneCapacityEpochs(t *testing.T) {
 // A reservation decided on usage read before its node's entries were
 // removed and its epoch pruned does not commit on that stale decision: its
 // fence fails and it asks the policy again, with the usage after the prune.
-// (A "no newer than the read" fence would pass on the deleted epoch.)
+// (A "no newer than the read" fence would pass on the deleted epoch.) The
+// same holds for a node whose entries have no epoch (a build before epochs
+// wrote them): the decision puts one first, or a decision on the absent
+// epoch would survive the entries' removal and a prune.
 func TestPruneFailsAStaleDecision(t *testing.T) {
-	ns := etcdtest.Namespace()
-	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock})
-	fx := conformance.NewFixture(t, harnessFor(s, clock))
-	ctx := context.Background()
-	other := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lifecycleOwner(9))
-	fx.SetLive(other, true)
-	fx.Reserve(authority.ObjectActor, "held", other)
-	require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns))
+	for _, withoutEpoch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("entriesWithoutEpoch=%v", withoutEpoch), func(t *testing.T) {
+			ns := etcdtest.Namespace()
+			clock := authority.NewManualClock(testEpoch)
+			s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock})
+			fx := conformance.NewFixture(t, harnessFor(s, clock))
+			ctx := context.Background()
+			other := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lifecycleOwner(9))
+			fx.SetLive(other, true)
+			fx.Reserve(authority.ObjectActor, "held", other)
+			require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns))
+			if withoutEpoch {
+				_, err := shared.Delete(ctx, ns+"capacity-epochs/", clientv3.WithPrefix())
+				require.NoError(t, err)
+			}
 
-	p := stallFirstDecision(s)
-	var res authority.ReserveResult
-	var rerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, rerr = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
-	}()
-	<-p.entered
-	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, removed)
-	n, err := s.PruneCapacityEpochs(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Empty(t, epochLifecycles(t, ns))
-	close(p.release)
-	<-done
+			p := stallFirstDecision(s)
+			var res authority.ReserveResult
+			var rerr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				res, rerr = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
+			}()
+			<-p.entered
+			require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns), "the decision has an epoch")
+			removed, err := s.RemoveAllByOwner(ctx, other.Owner)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, removed)
+			n, err := s.PruneCapacityEpochs(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.Empty(t, epochLifecycles(t, ns))
+			close(p.release)
+			<-done
 
-	require.NoError(t, rerr)
-	require.Equal(t, authority.KindReserved, res.Kind)
-	require.Equal(t, []int64{1, 0}, p.seenUsage(), "decided again on the usage after the prune")
-	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
-	// the node's usage watch, started by the first decision, follows on
-	u, ok, err := etcdstore.WatchedUsage(ctx, s, conformance.NodeA, conformance.NodeLifecycle, authority.ObjectActor, conformance.DefaultStableType)
-	require.NoError(t, err)
-	require.True(t, ok, "the watch caught up with the reservation after the prune")
-	require.Equal(t, authority.CapacityUsage{Reserved: 1}, u)
+			require.NoError(t, rerr)
+			require.Equal(t, authority.KindReserved, res.Kind)
+			require.Equal(t, []int64{1, 0}, p.seenUsage(), "decided again on the usage after the prune")
+			fx.RequireUsage(conformance.NodeA, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
+			// the node's usage watch follows on
+			u, ok, err := etcdstore.WatchedUsage(ctx, s, conformance.NodeA, conformance.NodeLifecycle, authority.ObjectActor, conformance.DefaultStableType)
+			require.NoError(t, err)
+			require.True(t, ok, "the watch caught up with the reservation after the prune")
+			require.Equal(t, authority.CapacityUsage{Reserved: 1}, u)
+		})
+	}
 }
 
 // The same holds for an aggregate prepare under a policy: its decision on
@@ -266,44 +278,4 @@ func TestPruneAtTheServersTxnLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, left.Kvs, 1)
 	require.Equal(t, junk, string(left.Kvs[0].Key))
-}
-
-// A node whose entries have no epoch (a build before epochs wrote them)
-// gets one before any decision on its usage: otherwise a decision on the
-// absent epoch would survive the entries' removal and a prune.
-func TestPruneFailsAStaleDecisionOnEntriesWithoutEpoch(t *testing.T) {
-	ns := etcdtest.Namespace()
-	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, nil, etcdstore.Config{Namespace: ns, Clock: clock})
-	fx := conformance.NewFixture(t, harnessFor(s, clock))
-	ctx := context.Background()
-	other := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lifecycleOwner(9))
-	fx.SetLive(other, true)
-	fx.Reserve(authority.ObjectActor, "held", other)
-	_, err := shared.Delete(ctx, ns+"capacity-epochs/", clientv3.WithPrefix())
-	require.NoError(t, err)
-
-	p := stallFirstDecision(s)
-	var res authority.ReserveResult
-	var rerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, rerr = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
-	}()
-	<-p.entered
-	require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns), "the decision put the missing epoch")
-	removed, err := s.RemoveAllByOwner(ctx, other.Owner)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, removed)
-	n, err := s.PruneCapacityEpochs(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	close(p.release)
-	<-done
-
-	require.NoError(t, rerr)
-	require.Equal(t, authority.KindReserved, res.Kind)
-	require.Equal(t, []int64{1, 0}, p.seenUsage(), "decided again on the usage after the prune")
-	fx.RequireUsage(conformance.NodeA, authority.ObjectActor, conformance.DefaultStableType, 0, 1)
 }
