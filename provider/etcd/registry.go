@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
@@ -37,6 +38,7 @@ type OwnerLease struct {
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	deadline  atomic.Pointer[time.Time] // see Deadline
 }
 
 // Acquire takes the next lease generation of ownerID on node at lifecycle:
@@ -54,6 +56,7 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	granting := time.Now() // the lease's TTL runs from after this at the server
 	grant, err := s.client.Grant(rctx, int64(max(ttl, 2*time.Second)/time.Second))
 	if err != nil {
 		return nil, mapError(err, false)
@@ -93,19 +96,14 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 			continue
 		}
 		kctx, stop := context.WithCancel(context.Background())
-		ch, err := s.client.KeepAlive(kctx, grant.ID)
-		if err != nil {
-			stop()
-			revoke()
-			return nil, mapError(err, false)
-		}
 		l := &OwnerLease{token: token, node: node, lifecycle: lifecycle, lease: grant.ID, r: r, done: make(chan struct{}), stop: stop}
+		first := granting.Add(time.Duration(grant.TTL) * time.Second)
+		l.deadline.Store(&first)
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			defer close(l.done)
-			for range ch {
-			}
+			l.keepAlive(kctx, time.Duration(grant.TTL)*time.Second)
 		}()
 		return l, nil
 	}
@@ -114,8 +112,19 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 // Token returns the owner token of this lease generation.
 func (l *OwnerLease) Token() authority.OwnerToken { return l.token }
 
-// Done is closed when the lease is lost (expired, revoked, or Close).
+// Done is closed when the lease is lost: etcd answers that it expired or was
+// revoked, Deadline passes with no renewal confirmed, or Close is called.
+// It closes no later than the lease can expire at etcd, so work that must
+// stop before another owner may take over can stop on it.
 func (l *OwnerLease) Done() <-chan struct{} { return l.done }
+
+// Deadline returns the time until which the lease is certainly live at etcd:
+// the time the last renewal etcd confirmed was sent (at first, the grant)
+// plus the TTL etcd confirmed. etcd restarts a lease's TTL when it receives
+// the renewal, after it was sent, so the lease expires no earlier. It is
+// measured on this process's monotonic clock: durations, not wall time, are
+// compared with etcd's.
+func (l *OwnerLease) Deadline() time.Time { return *l.deadline.Load() }
 
 // Close stops the keep-alive and revokes the lease: the liveness key goes,
 // the owner's rows stay.

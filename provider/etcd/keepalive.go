@@ -1,0 +1,56 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// keepAliveRetry is how soon a renewal that failed is tried again (while the
+// deadline allows).
+const keepAliveRetry = 250 * time.Millisecond
+
+// keepAlive renews l's lease every third of its TTL until ctx ends (Close),
+// etcd answers that the lease is gone, or l's deadline passes with no
+// renewal confirmed; then it returns (and Done closes).
+//
+// Each renewal is one KeepAliveOnce, so its send time is known: a confirmed
+// renewal moves the deadline to that send time plus the TTL etcd confirmed,
+// never past the lease's expiry at etcd. (The client's own KeepAlive stream
+// measures from when a reply arrives, which is later than etcd's clock
+// started, so it can report a lease live after etcd expired it.)
+func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
+	c := l.r.s.client
+	wait := max(ttl/3, time.Second/2)
+	for {
+		deadline := l.Deadline()
+		timer := time.NewTimer(min(wait, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		if !time.Now().Before(deadline) {
+			return // no renewal confirmed in time: the lease may be gone
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		resp, err := c.KeepAliveOnce(rctx, l.lease)
+		cancel()
+		switch {
+		case err == nil && resp.TTL > 0:
+			next := sent.Add(time.Duration(resp.TTL) * time.Second)
+			l.deadline.Store(&next)
+			wait = max(time.Duration(resp.TTL)*time.Second/3, time.Second/2)
+		case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return // etcd says it expired or was revoked
+		case ctx.Err() != nil, c.Ctx().Err() != nil:
+			return // closed, or the client is
+		default:
+			wait = keepAliveRetry // unreachable, or slow: try again until the deadline
+		}
+	}
+}
