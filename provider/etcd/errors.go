@@ -62,9 +62,14 @@ func mapError(err error, write bool) error {
 		return unknownOr("was cut short by a stopping member")
 	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrNotCapable),
 		errors.Is(err, rpctypes.ErrUnhealthy),
-		errors.Is(err, rpctypes.ErrTooManyRequests), errors.Is(err, rpctypes.ErrNoSpace),
+		errors.Is(err, rpctypes.ErrTooManyRequests),
 		errors.Is(err, rpctypes.ErrNotLeader):
 		return authority.Wrap(authority.ErrUnavailable, "etcd is unavailable", err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		// etcd applies the write that crosses --quota-backend-bytes and
+		// only then answers NOSPACE (and raises the alarm), with the code
+		// it gives a write it refused before proposing: not "not applied"
+		return unknownOr("ran out of the server's space quota (NOSPACE alarm: compact, defragment, disarm, or raise --quota-backend-bytes)")
 	case errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged),
 		errors.Is(err, rpctypes.ErrTimeoutWaitAppliedIndex):

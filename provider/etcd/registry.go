@@ -127,20 +127,21 @@ func (l *OwnerLease) Done() <-chan struct{} { return l.done }
 func (l *OwnerLease) Deadline() time.Time { return *l.deadline.Load() }
 
 // Close stops the keep-alive and revokes the lease: the liveness key goes,
-// the owner's rows stay.
+// the owner's rows stay. After an error (the revoke's outcome is unknown, or
+// etcd was unreachable) call it again: each call tries the revoke.
 func (l *OwnerLease) Close(ctx context.Context) error {
-	var err error
 	l.closeOnce.Do(func() {
 		l.stop()
 		l.wg.Wait()
-		rctx, cancel := l.r.s.requestContext(ctx)
-		defer cancel()
-		// a lease that already expired is as gone as a revoked one
-		if _, e := l.r.s.client.Revoke(rctx, l.lease); e != nil && !errors.Is(e, rpctypes.ErrLeaseNotFound) {
-			err = mapError(e, true)
-		}
 	})
-	return err
+	rctx, cancel := l.r.s.requestContext(ctx)
+	defer cancel()
+	// a lease that already expired (or an earlier Close revoked) is as gone
+	// as a revoked one
+	if _, err := l.r.s.client.Revoke(rctx, l.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return mapError(err, true)
+	}
+	return nil
 }
 
 // RebindRows moves every row of from (an older lease generation of the same

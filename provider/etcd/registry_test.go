@@ -89,3 +89,26 @@ func TestOwnerLeaseCloseAfterExpiry(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, errors.Is(err, authority.ErrUnavailable))
 }
+
+// A Close whose revoke failed can be called again, and the next call
+// revokes: the owner is not left live until its TTL runs out.
+func TestOwnerLeaseCloseRetriesTheRevoke(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock})
+	ctx := context.Background()
+	l, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "closer", 20*time.Second)
+	require.NoError(t, err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.Error(t, l.Close(cancelled))
+	<-l.Done() // the keep-alive stopped all the same
+	live, err := s.IsTargetLive(ctx, conformance.NodeA, conformance.NodeLifecycle, l.Token())
+	require.NoError(t, err)
+	require.True(t, live, "the failed revoke left the lease")
+
+	require.NoError(t, l.Close(ctx))
+	live, err = s.IsTargetLive(ctx, conformance.NodeA, conformance.NodeLifecycle, l.Token())
+	require.NoError(t, err)
+	require.False(t, live)
+	require.NoError(t, l.Close(ctx), "closing a closed lease is fine")
+}
