@@ -71,6 +71,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		}
 		t := &txn{}
 		t.cmp(modRevIs(aggKey, expiredRev))
+		t.orGet(aggKey) // the record decides first: read it on failure
 		t.cmp(s.liveCmp(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner))
 		if policy != nil {
 			u, epoch, ok, err := s.usageAt(ctx, resp, ur)
@@ -138,7 +139,13 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			s.aggs.put(aggKey, knownAggregate{&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}, tresp.Header.Revision}, true)
 			return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
 		}
-		for i := range tresp.Responses {
+		if recordRev(firstKv(tresp, 0)) != expiredRev {
+			// the record was written (or its expired one removed) since
+			// the read: it decides before any liveness, as the seed reads
+			// it first
+			continue
+		}
+		for i := 1; i < len(tresp.Responses); i++ {
 			if tresp.Responses[i].GetResponseRange().Count == 0 {
 				return conflict, nil // a preserve participant's owner is not live
 			}
@@ -147,6 +154,14 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		// since the read: evaluate again.
 	}
 	return authority.PrepareAggregateResult{}, authority.Wrap(authority.ErrUnavailable, "prepareAggregate gave up after repeated contention", errContention)
+}
+
+// recordRev is the ModRevision of a read record kv (0: none).
+func recordRev(kv *mvccpbKV) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
 }
 
 // checkAggregateFits refuses an aggregate whose prepare or commit Txn
@@ -184,13 +199,12 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 
 // loadAggregate returns the record of fence and its ModRevision (nil when
 // there is none): the state this store last wrote or saw when it knows one
-// (see knownAggregate; known is then true), else read.
+// that has not expired (see knownAggregate; known is then true), else read.
+// An expired record is read again: once it expires another store may
+// prepare the same fence anew.
 func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *aggregateRecord, rev int64, known bool, err error) {
 	aggKey := s.keys.aggregate(fence)
-	if k, ok := s.aggs.get(aggKey); ok {
-		if !s.aggregateLive(k.rec) {
-			return nil, k.rev, true, nil
-		}
+	if k, ok := s.aggs.get(aggKey); ok && s.aggregateLive(k.rec) {
 		return k.rec, k.rev, true, nil
 	}
 	rec, rev, err = s.readAggregate(ctx, aggKey)

@@ -18,6 +18,7 @@ import (
 // moving Actor a1 from TargetA to TargetB next to b1 kept on TargetB.
 type aggregatePair struct {
 	rpcs   *atomic.Int64
+	clock  *authority.ManualClock
 	s1, s2 *etcdstore.Store
 	fx     *conformance.Fixture
 	req    authority.AggregatePrepareRequest
@@ -29,6 +30,7 @@ func newAggregatePair(t *testing.T) *aggregatePair {
 	c := server.Client(t)
 	c.KV = countingKV{c.KV, p.rpcs}
 	clock := authority.NewManualClock(testEpoch)
+	p.clock = clock
 	p.s1 = newStore(t, c, etcdstore.Config{Clock: clock})
 	p.s2 = newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: p.s1.Namespace(), SkipVersionCheck: true})
 	p.fx = conformance.NewFixture(t, harnessFor(p.s1, clock))
@@ -158,4 +160,53 @@ func TestFinishedAggregateRecordsExpire(t *testing.T) {
 	ttl, err := shared.TimeToLive(ctx, clientv3.LeaseID(lease))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, time.Duration(ttl.TTL)*time.Second, p.s1.RecordRetention())
+}
+
+// A finished record this store remembers stops counting once it expires:
+// another store may prepare the same fence again meanwhile, and this store
+// must then see that record, not answer from the expired one.
+func TestExpiredRememberedAggregateIsReadAgain(t *testing.T) {
+	for _, op := range []string{"commit", "abort"} {
+		t.Run(op, func(t *testing.T) {
+			p := newAggregatePair(t)
+			fence := p.fx.MustPrepare(p.req)
+			require.Equal(t, authority.KindAborted, p.abort(t, p.s1, fence))
+			p.clock.Advance(etcdstore.DefaultReservationRetention + time.Minute)
+			res, err := p.s2.PrepareAggregate(context.Background(), p.req)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindPrepared, res.Kind, "the expired record does not count")
+			if op == "commit" {
+				require.Equal(t, authority.KindCommitted, p.commit(t, p.s1, fence))
+				require.Equal(t, authority.KindAlreadyCommitted, p.commit(t, p.s2, fence))
+			} else {
+				require.Equal(t, authority.KindAborted, p.abort(t, p.s1, fence))
+				require.Equal(t, authority.KindAlreadyAborted, p.abort(t, p.s2, fence))
+			}
+		})
+	}
+}
+
+// A prepare whose Txn fails because another store prepared the identical
+// request meanwhile answers alreadyPrepared, even though a preserve
+// participant's owner died too: the record decides before any liveness.
+func TestPrepareLosingToTheSameRequestIsAlreadyPrepared(t *testing.T) {
+	p := newAggregatePair(t)
+	stall := stallFirstDecision(p.s1)
+	var res authority.PrepareAggregateResult
+	var perr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, perr = p.s1.PrepareAggregate(context.Background(), p.req)
+	}()
+	<-stall.entered
+	other, err := p.s2.PrepareAggregate(context.Background(), p.req)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindPrepared, other.Kind)
+	p.fx.SetLive(conformance.TargetB, false) // b1's owner (and the target's)
+	close(stall.release)
+	<-done
+	require.NoError(t, perr)
+	require.Equal(t, authority.KindAlreadyPrepared, res.Kind)
+	require.Equal(t, other.Fence, res.Fence)
 }
