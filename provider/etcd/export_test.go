@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
@@ -95,3 +96,21 @@ func SetCapacityPage(t interface{ Cleanup(func()) }, n int64) {
 
 // LeaseIDOf returns the etcd lease behind an owner lease.
 func LeaseIDOf(l *OwnerLease) clientv3.LeaseID { return l.lease }
+
+// DrawBlobReferences makes PutNew draw refs, in order, before random ones,
+// until the test ends.
+func DrawBlobReferences(t interface{ Cleanup(func()) }, refs ...string) {
+	old := newBlobReference
+	var mu sync.Mutex
+	newBlobReference = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(refs) == 0 {
+			return old()
+		}
+		ref := refs[0]
+		refs = refs[1:]
+		return ref
+	}
+	t.Cleanup(func() { newBlobReference = old })
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,28 +30,41 @@ func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Dur
 		return authority.BlobReceipt{}, err
 	}
 	now := r.s.clock.Now()
-	ref := authority.BlobReference(uuid.NewString())
 	expires := now.Add(retention)
 	var value bytes.Buffer
 	value.Grow(8 + len(data))
 	_ = binary.Write(&value, binary.BigEndian, expires.UnixNano())
 	value.Write(data)
-	err := r.s.leases.withLeases(ctx, []time.Duration{retention}, func(ids []clientv3.LeaseID) error {
-		t := &txn{}
-		key := r.s.keys.blob(string(ref))
-		t.cmp(modRevIs(key, 0))
-		t.put(key, value.String(), clientv3.WithLease(ids[0]))
-		resp, err := r.s.commit(ctx, t, "the relocation blob")
-		if err == nil && !resp.Succeeded {
-			err = errors.New("etcd: relocation blob reference collided")
+	// A reference is a random UUID put only if its key is absent; should it
+	// ever be taken, a fresh one is drawn (a failed compare wrote nothing).
+	for range blobReferenceDraws {
+		ref := authority.BlobReference(newBlobReference())
+		stored := false
+		err := r.s.leases.withLeases(ctx, []time.Duration{retention}, func(ids []clientv3.LeaseID) error {
+			t := &txn{}
+			key := r.s.keys.blob(string(ref))
+			t.cmp(modRevIs(key, 0))
+			t.put(key, value.String(), clientv3.WithLease(ids[0]))
+			resp, err := r.s.commit(ctx, t, "the relocation blob")
+			stored = err == nil && resp.Succeeded
+			return err
+		})
+		if err != nil {
+			return authority.BlobReceipt{}, err
 		}
-		return err
-	})
-	if err != nil {
-		return authority.BlobReceipt{}, err
+		if stored {
+			return authority.BlobReceipt{Reference: ref, ExpiresAt: expires, StoreNow: now}, nil
+		}
 	}
-	return authority.BlobReceipt{Reference: ref, ExpiresAt: expires, StoreNow: now}, nil
+	return authority.BlobReceipt{}, authority.Wrap(authority.ErrUnavailable,
+		"Relocation blob references collided on every draw", nil)
 }
+
+// blobReferenceDraws is how many references PutNew draws before it gives up.
+const blobReferenceDraws = 3
+
+// newBlobReference draws a relocation blob reference (replaced in tests).
+var newBlobReference = uuid.NewString
 
 // Read returns the blob (KindFound) or KindMissing once deleted or expired.
 func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
