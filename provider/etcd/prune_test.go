@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -278,4 +280,79 @@ func TestPruneAtTheServersTxnLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, left.Kvs, 1)
 	require.Equal(t, junk, string(left.Kvs[0].Key))
+}
+
+// epochPutTimeoutKV fails (server-side timeout, an unknown outcome) every
+// Txn whose only Then op is a put of a capacity epoch: the backfill's.
+type epochPutTimeoutKV struct {
+	clientv3.KV
+	on *atomic.Bool
+}
+
+func (k epochPutTimeoutKV) Txn(ctx context.Context) clientv3.Txn {
+	return &epochPutTimeoutTxn{Txn: k.KV.Txn(ctx), on: k.on}
+}
+
+type epochPutTimeoutTxn struct {
+	clientv3.Txn
+	on       *atomic.Bool
+	epochPut bool
+}
+
+func (t *epochPutTimeoutTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *epochPutTimeoutTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *epochPutTimeoutTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.epochPut = len(ops) == 1 && ops[0].IsPut() && strings.Contains(string(ops[0].KeyBytes()), "/capacity-epochs/")
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *epochPutTimeoutTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.epochPut && t.on.Load() {
+		return nil, rpctypes.ErrTimeout
+	}
+	return t.Txn.Commit()
+}
+
+// When the put of a missing epoch that a decision needs fails with an
+// unknown outcome, the reservation and the prepare that needed it were not
+// sent: they fail with ErrUnavailable, not ErrOutcomeUnknown, and write
+// nothing.
+func TestEpochBackfillFailureIsNotTheCallersOutcome(t *testing.T) {
+	var on atomic.Bool
+	c := server.Client(t)
+	c.KV = epochPutTimeoutKV{KV: c.KV, on: &on}
+	ns := etcdtest.Namespace()
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, c, etcdstore.Config{Namespace: ns, Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	fx.Reserve(authority.ObjectActor, "held", conformance.TargetA)
+	_, err := shared.Delete(ctx, ns+"capacity-epochs/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	s.SetCapacityPolicy(conformance.ActorLimit(10))
+	before, err := shared.Get(ctx, ns, clientv3.WithPrefix())
+	require.NoError(t, err)
+	on.Store(true)
+
+	_, err = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
+	require.ErrorIs(t, err, authority.ErrUnavailable)
+	require.NotErrorIs(t, err, authority.ErrOutcomeUnknown)
+	after, err := shared.Get(ctx, ns, clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Equal(t, before.Kvs, after.Kvs, "nothing was written")
+
+	on.Store(false)
+	res, err := s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "late", conformance.TargetA))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindReserved, res.Kind, "a retry puts the epoch and reserves")
+	require.Equal(t, []int64{conformance.NodeLifecycle}, epochLifecycles(t, ns))
 }

@@ -118,7 +118,8 @@ func (l *OwnerLease) Token() authority.OwnerToken { return l.token }
 // stop before another owner may take over can stop on it.
 func (l *OwnerLease) Done() <-chan struct{} { return l.done }
 
-// Deadline returns the time until which the lease is certainly live at etcd:
+// Deadline returns the time until which the lease is certainly live at etcd
+// unless it was revoked or found lost (Done is closed then; check it first):
 // the time the last renewal etcd confirmed was sent (at first, the grant)
 // plus the TTL etcd confirmed. etcd restarts a lease's TTL when it receives
 // the renewal, after it was sent, so the lease expires no earlier. It is

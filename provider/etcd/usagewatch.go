@@ -133,7 +133,7 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 			// put it, then read again. A decision on an absent epoch is
 			// fenced on it staying absent, which must mean an empty range
 			// (PruneCapacityEpochs deletes only the epochs of empty ones).
-			return nodeUsage{}, 0, false, s.backfillEpoch(ctx, ur.node, ur.lifecycle)
+			return nodeUsage{}, 0, false, backfillFailure(s.backfillEpoch(ctx, ur.node, ur.lifecycle))
 		}
 		u, err := s.sumUsage(ur.node, ur.lifecycle, kvs)
 		if err != nil {
@@ -155,6 +155,18 @@ func (s *Store) backfillEpoch(ctx context.Context, node authority.NodeDescriptor
 	t.cmp(modRevIs(key, 0))
 	t.put(key, "")
 	_, err := s.commit(ctx, t, "the capacity epoch")
+	return err
+}
+
+// backfillFailure is the caller's error when putting its node's missing
+// epoch failed with err: the caller's own write was not sent, so an unknown
+// outcome of the epoch's put (which is harmless either way) is not the
+// caller's; it becomes ErrUnavailable. Other errors already say nothing was
+// applied and pass through.
+func backfillFailure(err error) error {
+	if errors.Is(err, authority.ErrOutcomeUnknown) {
+		return authority.Wrap(authority.ErrUnavailable, "etcd write not sent: putting its node's missing capacity epoch had an unknown outcome ("+err.Error()+")", nil)
+	}
 	return err
 }
 
