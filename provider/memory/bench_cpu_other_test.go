@@ -4,5 +4,5 @@ package memory
 
 import "time"
 
-// processCPU is not measured on this platform.
-func processCPU() (time.Duration, bool) { return 0, false }
+// processUsage is not measured on this platform.
+func processUsage() (cpu time.Duration, faults int64, ok bool) { return 0, 0, false }
