@@ -15,37 +15,51 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-type failTxnKV struct {
+// failingKV fails the commit of every Txn for which fail, given the Txn's
+// Then ops, returns an error (without sending it); other Txns are sent.
+type failingKV struct {
 	clientv3.KV
-	fail *atomic.Bool
+	fail func(then []clientv3.Op) error
 }
 
-func (k failTxnKV) Txn(ctx context.Context) clientv3.Txn {
-	return &failTxn{Txn: k.KV.Txn(ctx), fail: k.fail}
+func (k failingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &failingTxn{Txn: k.KV.Txn(ctx), fail: k.fail}
 }
 
-type failTxn struct {
+type failingTxn struct {
 	clientv3.Txn
-	fail *atomic.Bool
-	puts bool
+	fail func(then []clientv3.Op) error
+	then []clientv3.Op
 }
 
-func (t *failTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *failTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-func (t *failTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		if op.IsPut() {
-			t.puts = true
-		}
-	}
+func (t *failingTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *failingTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *failingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.then = append(t.then, ops...)
 	t.Txn = t.Txn.Then(ops...)
 	return t
 }
-func (t *failTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.puts && t.fail.CompareAndSwap(true, false) {
-		return nil, context.DeadlineExceeded // the reply was lost
+func (t *failingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if err := t.fail(t.then); err != nil {
+		return nil, err
 	}
 	return t.Txn.Commit()
+}
+
+// failNextPut fails the next Txn that puts once *armed is set, as if its
+// reply was lost (context.DeadlineExceeded), and disarms.
+func failNextPut(armed *atomic.Bool) func(then []clientv3.Op) error {
+	return func(then []clientv3.Op) error {
+		for _, op := range then {
+			if op.IsPut() {
+				if armed.CompareAndSwap(true, false) {
+					return context.DeadlineExceeded
+				}
+				return nil
+			}
+		}
+		return nil
+	}
 }
 
 // Requests deferred or found exhausted in a round whose Txn failed with an
@@ -54,7 +68,7 @@ func (t *failTxn) Commit() (*clientv3.TxnResponse, error) {
 func TestGroupCommitDeferredOnTxnErrorIsNotUnknown(t *testing.T) {
 	var fail atomic.Bool
 	c := server.Client(t)
-	c.KV = failTxnKV{KV: c.KV, fail: &fail}
+	c.KV = failingKV{KV: c.KV, fail: failNextPut(&fail)}
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, c, etcdstore.Config{Clock: clock})
 	fx := conformance.NewFixture(t, harnessFor(s, clock))

@@ -282,44 +282,16 @@ func TestPruneAtTheServersTxnLimit(t *testing.T) {
 	require.Equal(t, junk, string(left.Kvs[0].Key))
 }
 
-// epochPutTimeoutKV fails (server-side timeout, an unknown outcome) every
-// Txn whose only Then op is a put of a capacity epoch: the backfill's.
-type epochPutTimeoutKV struct {
-	clientv3.KV
-	on *atomic.Bool
-}
-
-func (k epochPutTimeoutKV) Txn(ctx context.Context) clientv3.Txn {
-	return &epochPutTimeoutTxn{Txn: k.KV.Txn(ctx), on: k.on}
-}
-
-type epochPutTimeoutTxn struct {
-	clientv3.Txn
-	on       *atomic.Bool
-	epochPut bool
-}
-
-func (t *epochPutTimeoutTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.Txn = t.Txn.If(cs...)
-	return t
-}
-
-func (t *epochPutTimeoutTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *epochPutTimeoutTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.epochPut = len(ops) == 1 && ops[0].IsPut() && strings.Contains(string(ops[0].KeyBytes()), "/capacity-epochs/")
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *epochPutTimeoutTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.epochPut && t.on.Load() {
-		return nil, rpctypes.ErrTimeout
+// epochPutTimesOut fails (server-side timeout, an unknown outcome) every
+// Txn whose only Then op is a put of a capacity epoch, the backfill's,
+// while *on is set.
+func epochPutTimesOut(on *atomic.Bool) func(then []clientv3.Op) error {
+	return func(then []clientv3.Op) error {
+		if on.Load() && len(then) == 1 && then[0].IsPut() && strings.Contains(string(then[0].KeyBytes()), "/capacity-epochs/") {
+			return rpctypes.ErrTimeout
+		}
+		return nil
 	}
-	return t.Txn.Commit()
 }
 
 // When the put of a missing epoch that a decision needs fails with an
@@ -329,7 +301,7 @@ func (t *epochPutTimeoutTxn) Commit() (*clientv3.TxnResponse, error) {
 func TestEpochBackfillFailureIsNotTheCallersOutcome(t *testing.T) {
 	var on atomic.Bool
 	c := server.Client(t)
-	c.KV = epochPutTimeoutKV{KV: c.KV, on: &on}
+	c.KV = failingKV{KV: c.KV, fail: epochPutTimesOut(&on)}
 	ns := etcdtest.Namespace()
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, c, etcdstore.Config{Namespace: ns, Clock: clock})
