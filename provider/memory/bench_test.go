@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 // rows within 2× of one at 10k).
 func BenchmarkMemory(b *testing.B) {
 	b.Run("reserve-commit", benchReserveCommit)
+	b.Run("reserve-commit-parallel", benchReserveCommitParallel)
 	b.Run("cas", benchCAS)
 	b.Run("list-100k", benchList100k)
 	for _, rows := range []int{10_000, 1_000_000} {
@@ -125,6 +127,40 @@ func benchReserveCommit(b *testing.B) {
 			b.Fatalf("commit: %v %v", c.Kind, err)
 		}
 	}
+	reportRate(b, m)
+}
+
+// benchReserveCommitParallel is reserve-commit from GOMAXPROCS goroutines
+// at once (b.RunParallel) on one store: the throughput of the store's
+// callers together, which the store's one lock bounds.
+func benchReserveCommitParallel(b *testing.B) {
+	s := benchStore()
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = "spot-" + strconv.Itoa(i)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	m := startMeter()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		req := benchRequest()
+		commit := authority.CommitRequest{Key: req.Key, Target: req.Target, ReadyPayload: make([]byte, 16)}
+		for pb.Next() {
+			req.Key.GlobalID = ids[next.Add(1)-1]
+			res, err := s.Reserve(ctx, req)
+			if err != nil || res.Kind != authority.KindReserved {
+				b.Errorf("reserve: %v %v", res.Kind, err)
+				return
+			}
+			commit.Key, commit.ReservationID, commit.ExpectedStoreVersion = req.Key, res.ReservationID, res.Creating.StoreVersion
+			if c, err := s.Commit(ctx, commit); err != nil || c.Kind != authority.KindCommitted {
+				b.Errorf("commit: %v %v", c.Kind, err)
+				return
+			}
+		}
+	})
 	reportRate(b, m)
 }
 
