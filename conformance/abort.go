@@ -83,6 +83,15 @@ func RunTestAbort(t *testing.T, f Factory) {
 			req.Target.Owner.LeaseGeneration++
 			stale(t, fx, req)
 		}},
+		{"StaleWrongTargetNode", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			for _, target := range fx.TargetsElsewhere(TargetA) {
+				req := r.AbortRequest()
+				req.Target = target
+				stale(t, fx, req)
+			}
+			require.Equal(t, authority.KindAborted, abort(t, fx, r.AbortRequest()))
+		}},
 		{"StaleAfterCommit", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			fx.MustCommit(r, []byte("ready"))

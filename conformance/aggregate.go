@@ -105,11 +105,65 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 			other.Participants[0].AuthorityPayload = []byte("different")
 			rejected(t, fx, *other, authority.KindConflict)
 		}},
+		{"ConflictAnyFieldDiffers", func(t *testing.T, fx *Fixture) {
+			// seed sameAggregateRequest: a prepared record answers
+			// alreadyPrepared only to the very same request; any field that
+			// differs is conflict, and the record stays as it was.
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			c := Target(NodeB, NodeLifecycle, authority.OwnerToken{OwnerID: "owner-c", LeaseGeneration: 1})
+			fx.SetLive(c, true)
+			for _, tc := range []struct {
+				name string
+				mod  func(r *authority.AggregatePrepareRequest)
+			}{
+				{"TargetOwner", func(r *authority.AggregatePrepareRequest) { r.TargetOwner = c.Owner }},
+				{"TargetLease", func(r *authority.AggregatePrepareRequest) { r.TargetOwner.LeaseGeneration++ }},
+				{"InventoryDigest", func(r *authority.AggregatePrepareRequest) { r.InventoryDigest[0] ^= 0xff }},
+				{"TargetDescriptor", func(r *authority.AggregatePrepareRequest) { r.TargetDescriptor.RID = "node-c" }},
+				{"TargetMesh", func(r *authority.AggregatePrepareRequest) { r.TargetDescriptor.MeshName = "mesh-2" }},
+				{"TargetLifecycle", func(r *authority.AggregatePrepareRequest) { r.TargetDescriptorLifecycleGeneration++ }},
+				{"Capacity", func(r *authority.AggregatePrepareRequest) { r.Capacity = authority.CapacityVector{Actors: 2} }},
+				{"ParticipantCount", func(r *authority.AggregatePrepareRequest) { r.Participants = r.Participants[:1] }},
+				{"ParticipantVersion", func(r *authority.AggregatePrepareRequest) {
+					r.Participants[0].ExpectedStoreVersion = m.b1.StoreVersion
+				}},
+				{"ParticipantTransition", func(r *authority.AggregatePrepareRequest) {
+					r.Participants[1].OwnerTransition = authority.TransitionNewOwner
+				}},
+				{"ParticipantMembership", func(r *authority.AggregatePrepareRequest) {
+					r.Participants[1].MembershipMutation = []byte("other membership")
+				}},
+			} {
+				other := m.req.Clone()
+				tc.mod(other)
+				before := fx.State()
+				require.Equal(t, authority.KindConflict, prepareKind(t, fx, *other), tc.name)
+				fx.RequireState(before)
+			}
+			require.Equal(t, authority.KindAlreadyPrepared, prepareKind(t, fx, m.req))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			a1 := fx.MustRow(m.a1Key)
+			require.Equal(t, []byte("a1-moved"), a1.Payload)
+			require.Equal(t, OwnerB, a1.Owner())
+			require.Equal(t, NodeB, a1.Allocation.Descriptor)
+		}},
 		{"StaleAfterCommit", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
 			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
 			rejected(t, fx, m.req, authority.KindStale)
+		}},
+		{"StaleAfterCommitOtherRequest", func(t *testing.T, fx *Fixture) {
+			// seed: a committed record answers stale to any request of its
+			// fence, not conflict.
+			m := newMove(fx)
+			fence := fx.MustPrepare(m.req)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			other := m.req.Clone()
+			other.Participants[0].AuthorityPayload = []byte("different")
+			rejected(t, fx, *other, authority.KindStale)
 		}},
 		{"ConflictAfterAbort", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
@@ -168,6 +222,24 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 			req := m.req.Clone()
 			req.Capacity = authority.CapacityVector{Actors: 2}
 			rejected(t, fx, *req, authority.KindConflict)
+		}},
+		{"ConflictSpotTypeMismatch", func(t *testing.T, fx *Fixture) {
+			// seed sameCapacity compares the Spot type's kind and stable
+			// type too: equal counts of another Spot type are conflict.
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			for _, st := range []authority.SpotTypeCapacity{
+				{ObjectKind: authority.ObjectUserSpot, StableType: "type-b", Count: 1},
+				{ObjectKind: authority.ObjectInstanceSpot, StableType: DefaultStableType, Count: 1},
+			} {
+				req := AggregateRequest("agg-st", 1, TargetB, authority.CapacityVector{Spots: 1, SpotType: &st},
+					Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil))
+				rejected(t, fx, req, authority.KindConflict)
+			}
+			noType := AggregateRequest("agg-st", 1, TargetB, authority.CapacityVector{Spots: 1},
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil))
+			rejected(t, fx, noType, authority.KindConflict)
+			fx.MustPrepare(AggregateRequest("agg-st", 1, TargetB, Capacity(authority.ObjectUserSpot, DefaultStableType),
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil)))
 		}},
 		{"ConflictPreserveOnly", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
@@ -392,6 +464,47 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 			require.Equal(t, authority.ObjectUserSpot, s.Allocation.ObjectKind)
 			require.Equal(t, DefaultStableType, s.Allocation.StableType)
 		}},
+		{"MovesMixedCapacity", func(t *testing.T, fx *Fixture) {
+			// seed addCapacity/aggregateTargetAllocation: an Actor and a Spot
+			// moved together reserve, then activate, every counter of their
+			// summed vector on the target, and release each row's own
+			// counters on the source.
+			a1 := fx.Active(authority.ObjectActor, "a1", TargetA)
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			fx.Active(authority.ObjectUserSpot, "s2", TargetA)
+			capacity := authority.CapacityVector{Actors: 1, Spots: 1, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType, Count: 1}}
+			req := AggregateRequest("agg-mixed", 1, TargetB, capacity,
+				Participant(fx.Key(authority.ObjectActor, "a1"), a1.StoreVersion, authority.TransitionNewOwner, []byte("a1-moved")),
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, []byte("s1-moved")))
+			fence := fx.MustPrepare(req)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 0, 1)
+			fx.RequireUsage(NodeB, authority.CounterSpots, "", 0, 1)
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 0, 1)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
+			fx.RequireUsage(NodeA, authority.CounterSpots, "", 1, 0)
+			fx.RequireUsage(NodeA, authority.ObjectUserSpot, DefaultStableType, 1, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+			fx.RequireUsage(NodeB, authority.CounterSpots, "", 1, 0)
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 1, 0)
+			for _, k := range []authority.Key{fx.Key(authority.ObjectActor, "a1"), fx.Key(authority.ObjectUserSpot, "s1")} {
+				row := fx.MustRow(k)
+				require.Equal(t, OwnerB, row.Owner(), "row %s", k)
+				require.Equal(t, NodeB, row.Allocation.Descriptor, "row %s", k)
+			}
+			require.True(t, a1.Allocation.Capacity.Equal(fx.MustRow(fx.Key(authority.ObjectActor, "a1")).Allocation.Capacity), "a moved row keeps its own capacity")
+			require.True(t, s1.Allocation.Capacity.Equal(fx.MustRow(fx.Key(authority.ObjectUserSpot, "s1")).Allocation.Capacity), "a moved row keeps its own capacity")
+			// Deleting the moved rows releases their counters on the target.
+			for _, k := range []authority.Key{fx.Key(authority.ObjectActor, "a1"), fx.Key(authority.ObjectUserSpot, "s1")} {
+				fx.Delete(k, fx.MustRow(k).StoreVersion)
+			}
+			for _, c := range []struct {
+				kind authority.ObjectKind
+				st   string
+			}{{authority.ObjectActor, ""}, {authority.CounterSpots, ""}, {authority.ObjectUserSpot, DefaultStableType}} {
+				fx.RequireUsage(NodeB, c.kind, c.st, 0, 0)
+			}
+		}},
 		{"AlreadyCommitted", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
@@ -432,6 +545,24 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 1)
 			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+		}},
+		{"TwoPreparedOverSameRows", func(t *testing.T, fx *Fixture) {
+			// seed: prepare writes no row and locks none, so two aggregates
+			// may be prepared over the same rows (each reserving target
+			// capacity); the first commit wins, the second is stale but
+			// still prepared, and its abort releases its capacity.
+			m := newMove(fx)
+			second := m.req.Clone()
+			second.AggregateID = "agg-2"
+			first := fx.MustPrepare(m.req)
+			other := fx.MustPrepare(*second)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 2)
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, first))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 1)
+			stale(t, fx, other)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, other))
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 0)
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
 		}},
 		{"AllOrNothing", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
@@ -542,6 +673,19 @@ func RunTestAggregateAbort(t *testing.T, f Factory) {
 			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fence))
 			before := fx.State()
 			require.Equal(t, authority.KindStale, abortAggregateKind(t, fx, fence))
+			fx.RequireState(before)
+		}},
+		{"AbortedReleasesSpotCapacity", func(t *testing.T, fx *Fixture) {
+			// seed abortAggregate releases every counter of the target
+			// allocation, Spot counters included.
+			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
+			before := fx.State()
+			req := AggregateRequest("agg-s", 1, TargetB, Capacity(authority.ObjectUserSpot, DefaultStableType),
+				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, nil))
+			fence := fx.MustPrepare(req)
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 0, 1)
+			fx.RequireUsage(NodeB, authority.CounterSpots, "", 0, 1)
+			require.Equal(t, authority.KindAborted, abortAggregateKind(t, fx, fence))
 			fx.RequireState(before)
 		}},
 		{"AbortedWithTargetDead", func(t *testing.T, fx *Fixture) {

@@ -156,6 +156,16 @@ func RunTestCompareExchange(t *testing.T, f Factory) {
 			key, s := active(fx)
 			conflict(t, fx, key, s.StoreVersion, authority.RebindOwnerLease(OwnerA, lease2, []byte("x")))
 		}},
+		{"RebindConflictTargetLiveElsewhere", func(t *testing.T, fx *Fixture) {
+			// seed: the target lease must be live on the row's own node at
+			// the row's lifecycle generation; live anywhere else is not enough.
+			key, s := active(fx)
+			fx.SetLive(Target(NodeB, NodeLifecycle, lease2), true)
+			fx.SetLive(Target(NodeA, NodeLifecycle+1, lease2), true)
+			conflict(t, fx, key, s.StoreVersion, authority.RebindOwnerLease(OwnerA, lease2, []byte("x")))
+			fx.SetLive(Target(NodeA, NodeLifecycle, lease2), true)
+			require.Equal(t, authority.KindStored, cas(t, fx, key, s.StoreVersion, authority.RebindOwnerLease(OwnerA, lease2, []byte("x"))).Kind)
+		}},
 		{"RebindConflictExpectedOwnerMismatch", func(t *testing.T, fx *Fixture) {
 			key, s := active(fx)
 			lease3 := authority.OwnerToken{OwnerID: OwnerA.OwnerID, LeaseGeneration: OwnerA.LeaseGeneration + 2}

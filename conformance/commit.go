@@ -56,6 +56,24 @@ func RunTestCommit(t *testing.T, f Factory) {
 			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
 			RequireSameRow(t, put, res.Ready)
 		}},
+		{"AlreadyCommittedAfterMove", func(t *testing.T, fx *Fixture) {
+			// seed: a committed reservation whose row is active answers
+			// alreadyCommitted with the row as it is now, even after an
+			// aggregate moved it to another node and owner.
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			ready := fx.MustCommit(r, []byte("ready"))
+			req := AggregateRequest("agg-s", 1, TargetB, Capacity(authority.ObjectUserSpot, DefaultStableType),
+				Participant(r.Key, ready.StoreVersion, authority.TransitionNewOwner, []byte("moved")))
+			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(req)))
+			moved := fx.MustRow(r.Key)
+			require.Equal(t, OwnerB, moved.Owner())
+			before := fx.State()
+			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
+			RequireSameRow(t, moved, res.Ready)
+			fx.RequireState(before)
+		}},
 		{"AlreadyCommittedWithDeadOwner", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			fx.MustCommit(r, []byte("ready"))
@@ -94,6 +112,17 @@ func RunTestCommit(t *testing.T, f Factory) {
 			req := r.CommitRequest([]byte("ready"))
 			req.Target = TargetB
 			stale(t, fx, req)
+		}},
+		{"StaleWrongTargetNode", func(t *testing.T, fx *Fixture) {
+			// seed sameCreationTarget: the node (mesh and RID) is part of
+			// the target, not only the owner and lifecycle generation.
+			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
+			for _, target := range fx.TargetsElsewhere(TargetA) {
+				req := r.CommitRequest([]byte("ready"))
+				req.Target = target
+				stale(t, fx, req)
+			}
+			fx.MustCommit(r, []byte("ready"))
 		}},
 		{"StaleWrongTargetLifecycle", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)

@@ -168,6 +168,15 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			req.Target = TargetB
 			stale(t, fx, req)
 		}},
+		{"StaleWrongTargetNode", func(t *testing.T, fx *Fixture) {
+			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
+			for _, target := range fx.TargetsElsewhere(TargetA) {
+				req := r.CompleteRequest(authority.TerminalCreated, []byte("ready"), fx.Publication())
+				req.Target = target
+				stale(t, fx, req)
+			}
+			fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), fx.Publication())
+		}},
 		{"StaleTargetNotLive", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			fx.SetLive(TargetA, false)

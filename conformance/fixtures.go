@@ -466,3 +466,20 @@ func RequireSameRow(t testing.TB, want, got *authority.Snapshot) {
 	}
 	require.Equal(t, w, g)
 }
+
+// TargetsElsewhere returns target moved to another node of its mesh and to
+// a node of the same RID in another mesh, with the same lifecycle
+// generation and owner, each marked live: the seed's sameCreationTarget
+// tells them from target by the node alone.
+func (f *Fixture) TargetsElsewhere(target authority.CreationTarget) []authority.CreationTarget {
+	f.T.Helper()
+	owner, lifecycle := target.Owner, target.NodeLifecycleGeneration
+	out := []authority.CreationTarget{
+		Target(authority.NodeDescriptor{MeshName: target.MeshName, RID: target.NodeRID + "-elsewhere"}, lifecycle, owner),
+		Target(authority.NodeDescriptor{MeshName: target.MeshName + "-elsewhere", RID: target.NodeRID}, lifecycle, owner),
+	}
+	for _, t := range out {
+		f.SetLive(t, true)
+	}
+	return out
+}

@@ -46,6 +46,34 @@ func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
 				require.Equal(t, authority.CapacityUsage{}, u)
 			}
 		}},
+		{"RemovesRowsOnEveryNode", func(t *testing.T, fx *Fixture) {
+			// seed: the owner token alone selects the rows, whatever node
+			// or lifecycle generation they are on; each row's capacity is
+			// released on its own node lifecycle.
+			onB := Target(NodeB, NodeLifecycle, OwnerA)
+			nextLife := Target(NodeA, NodeLifecycle+1, OwnerA)
+			fx.SetLive(onB, true)
+			fx.SetLive(nextLife, true)
+			fx.Active(authority.ObjectActor, "a1", TargetA)
+			fx.Reserve(authority.ObjectActor, "a2", onB)
+			fx.Active(authority.ObjectUserSpot, "s1", onB)
+			fx.Active(authority.ObjectActor, "a3", nextLife)
+			fx.Reserve(authority.ObjectUserSpot, "s2", nextLife)
+			kept := fx.Active(authority.ObjectActor, "b1", TargetB)
+			require.Equal(t, int64(5), remove(t, fx, OwnerA))
+			s := fx.State()
+			require.Len(t, s.Rows, 1)
+			RequireSameRow(t, kept, fx.MustRow(b1Key(fx)))
+			fx.RequireUsage(NodeA, authority.ObjectActor, "", 0, 0)
+			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
+			fx.RequireUsage(NodeB, authority.CounterSpots, "", 0, 0)
+			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 0, 0)
+			for _, kind := range []authority.ObjectKind{authority.ObjectActor, authority.CounterSpots} {
+				require.Equal(t, authority.CapacityUsage{}, fx.Usage(NodeA, NodeLifecycle+1, kind, ""), "%s at lifecycle %d", kind, NodeLifecycle+1)
+			}
+			require.Equal(t, authority.CapacityUsage{}, fx.Usage(NodeA, NodeLifecycle+1, authority.ObjectUserSpot, DefaultStableType))
+			require.Zero(t, remove(t, fx, OwnerA))
+		}},
 		{"LeavesOtherOwners", func(t *testing.T, fx *Fixture) {
 			fx.Active(authority.ObjectActor, "a1", TargetA)
 			fx.Active(authority.ObjectActor, "b1", TargetB)
