@@ -20,6 +20,18 @@ func RunTestCommit(t *testing.T, f Factory) {
 		require.Nil(t, res.Ready)
 		fx.RequireState(before)
 	}
+	// alreadyCommitted commits r again and requires alreadyCommitted with
+	// want as the row reported, and no write.
+	alreadyCommitted := func(t *testing.T, fx *Fixture, r Reservation, want *authority.Snapshot) *authority.Snapshot {
+		t.Helper()
+		before := fx.State()
+		res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
+		RequireSameRow(t, want, res.Ready)
+		fx.RequireState(before)
+		return res.Ready
+	}
 	runSubtests(t, f, []subtest{
 		{"Committed", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
@@ -40,21 +52,13 @@ func RunTestCommit(t *testing.T, f Factory) {
 		{"AlreadyCommitted", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready := fx.MustCommit(r, []byte("ready"))
-			before := fx.State()
-			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
-			require.NoError(t, err)
-			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
-			RequireSameRow(t, ready, res.Ready)
-			fx.RequireState(before)
+			alreadyCommitted(t, fx, r, ready)
 		}},
 		{"AlreadyCommittedReportsCurrentRow", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready := fx.MustCommit(r, []byte("ready"))
 			put := fx.Put(r.Key, ready.StoreVersion, []byte("later"))
-			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
-			require.NoError(t, err)
-			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
-			RequireSameRow(t, put, res.Ready)
+			alreadyCommitted(t, fx, r, put)
 		}},
 		{"AlreadyCommittedAfterMove", func(t *testing.T, fx *Fixture) {
 			// seed: a committed reservation whose row is active answers
@@ -67,12 +71,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 			require.Equal(t, authority.KindCommitted, commitAggregateKind(t, fx, fx.MustPrepare(req)))
 			moved := fx.MustRow(r.Key)
 			require.Equal(t, OwnerB, moved.Owner())
-			before := fx.State()
-			res, err := fx.Store().Commit(fx.Ctx(), r.CommitRequest([]byte("ready")))
-			require.NoError(t, err)
-			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
-			RequireSameRow(t, moved, res.Ready)
-			fx.RequireState(before)
+			alreadyCommitted(t, fx, r, moved)
 		}},
 		{"AlreadyCommittedWithDeadOwner", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
@@ -188,13 +187,8 @@ func RunTestCommit(t *testing.T, f Factory) {
 			fx.Delete(r1.Key, ready1.StoreVersion)
 			r2 := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			ready2 := fx.MustCommit(r2, []byte("ready-2"))
-			before := fx.State()
-			res, err := fx.Store().Commit(fx.Ctx(), r1.CommitRequest([]byte("ready")))
-			require.NoError(t, err)
-			require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
-			RequireSameRow(t, ready2, res.Ready)
-			require.Greater(t, res.Ready.ObjectGeneration, ready1.ObjectGeneration, "the row reported is the re-created one")
-			fx.RequireState(before)
+			got := alreadyCommitted(t, fx, r1, ready2)
+			require.Greater(t, got.ObjectGeneration, ready1.ObjectGeneration, "the row reported is the re-created one")
 		}},
 		{"StaleAfterRemoveAllByOwner", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
