@@ -472,10 +472,11 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 			a1 := fx.Active(authority.ObjectActor, "a1", TargetA)
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			fx.Active(authority.ObjectUserSpot, "s2", TargetA)
+			keys := []authority.Key{fx.Key(authority.ObjectActor, "a1"), fx.Key(authority.ObjectUserSpot, "s1")}
 			capacity := authority.CapacityVector{Actors: 1, Spots: 1, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType, Count: 1}}
 			req := AggregateRequest("agg-mixed", 1, TargetB, capacity,
-				Participant(fx.Key(authority.ObjectActor, "a1"), a1.StoreVersion, authority.TransitionNewOwner, []byte("a1-moved")),
-				Participant(fx.Key(authority.ObjectUserSpot, "s1"), s1.StoreVersion, authority.TransitionNewOwner, []byte("s1-moved")))
+				Participant(keys[0], a1.StoreVersion, authority.TransitionNewOwner, []byte("a1-moved")),
+				Participant(keys[1], s1.StoreVersion, authority.TransitionNewOwner, []byte("s1-moved")))
 			fence := fx.MustPrepare(req)
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 0, 1)
 			fx.RequireUsage(NodeB, authority.CounterSpots, "", 0, 1)
@@ -487,15 +488,14 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
 			fx.RequireUsage(NodeB, authority.CounterSpots, "", 1, 0)
 			fx.RequireUsage(NodeB, authority.ObjectUserSpot, DefaultStableType, 1, 0)
-			for _, k := range []authority.Key{fx.Key(authority.ObjectActor, "a1"), fx.Key(authority.ObjectUserSpot, "s1")} {
-				row := fx.MustRow(k)
-				require.Equal(t, OwnerB, row.Owner(), "row %s", k)
-				require.Equal(t, NodeB, row.Allocation.Descriptor, "row %s", k)
+			for i, was := range []*authority.Snapshot{a1, s1} {
+				row := fx.MustRow(keys[i])
+				require.Equal(t, OwnerB, row.Owner(), "row %s", keys[i])
+				require.Equal(t, NodeB, row.Allocation.Descriptor, "row %s", keys[i])
+				require.True(t, was.Allocation.Capacity.Equal(row.Allocation.Capacity), "row %s keeps its own capacity", keys[i])
 			}
-			require.True(t, a1.Allocation.Capacity.Equal(fx.MustRow(fx.Key(authority.ObjectActor, "a1")).Allocation.Capacity), "a moved row keeps its own capacity")
-			require.True(t, s1.Allocation.Capacity.Equal(fx.MustRow(fx.Key(authority.ObjectUserSpot, "s1")).Allocation.Capacity), "a moved row keeps its own capacity")
 			// Deleting the moved rows releases their counters on the target.
-			for _, k := range []authority.Key{fx.Key(authority.ObjectActor, "a1"), fx.Key(authority.ObjectUserSpot, "s1")} {
+			for _, k := range keys {
 				fx.Delete(k, fx.MustRow(k).StoreVersion)
 			}
 			for _, c := range []struct {
