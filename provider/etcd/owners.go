@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
@@ -25,7 +26,7 @@ func (s *Store) rowOwnerLive(r *row) clientv3.Cmp {
 // low-level form of Registry.Acquire, for tests and tools that pick their own
 // tokens. Marking an already live owner again replaces its lease.
 func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, ttl time.Duration) error {
-	if err := authority.ValidateOwner(owner); err != nil {
+	if err := validateOwnerLease(node, owner.OwnerID, ttl); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -92,4 +93,28 @@ func (s *Store) IsTargetLive(ctx context.Context, node authority.NodeDescriptor,
 		return false, mapError(err, false)
 	}
 	return resp.Count > 0, nil
+}
+
+// maxOwnerLeaseTTL is the longest lease etcd grants (its lease.MaxLeaseTTL,
+// 9e9 seconds); a longer TTL is refused by the server with an error that
+// wraps no sentinel, so it is refused here before anything is sent.
+const maxOwnerLeaseTTL = 9_000_000_000 * time.Second
+
+// validateOwnerLease checks what an owner lease stores in its keys and asks
+// of etcd: the node and owner are text the layout can escape and decode
+// again, and the TTL is one etcd grants.
+func validateOwnerLease(node authority.NodeDescriptor, ownerID string, ttl time.Duration) error {
+	if err := authority.RequireText(node.MeshName, "owner lease mesh name"); err != nil {
+		return err
+	}
+	if err := authority.RequireText(node.RID, "owner lease node RID"); err != nil {
+		return err
+	}
+	if err := authority.RequireText(ownerID, "owner ID"); err != nil {
+		return err
+	}
+	if ttl <= 0 || ttl > maxOwnerLeaseTTL {
+		return authority.Invalid(fmt.Sprintf("owner lease TTL must be in (0, %v], not %v.", maxOwnerLeaseTTL, ttl))
+	}
+	return nil
 }

@@ -47,7 +47,7 @@ type OwnerLease struct {
 // or until it is lost. A later Acquire of the same owner is a new generation;
 // move the rows with rebindOwnerLease (or RebindRows).
 func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (*OwnerLease, error) {
-	if err := authority.RequireText(ownerID, "owner ID"); err != nil {
+	if err := validateOwnerLease(node, ownerID, ttl); err != nil {
 		return nil, err
 	}
 	s := r.s
