@@ -115,6 +115,10 @@ type Store struct {
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
 	closed atomic.Bool
+	// life ends when the store is closed: waits that outlive one request
+	// (WaitForChange) end with it.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -157,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{},
 		dialTimeout: cfg.DialTimeout,
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	if s.dialTimeout <= 0 {
 		s.dialTimeout = 5 * time.Second
 	}
@@ -308,6 +313,9 @@ func versionAtLeast(v, min string) bool {
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.endLife != nil {
+		s.endLife()
 	}
 	s.batch.close()
 	s.usage.close()

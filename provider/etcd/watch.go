@@ -9,8 +9,9 @@ import (
 )
 
 // WaitForChange returns once the row at key is no longer at version seen
-// (zero: absent), or when ctx ends (returning ctx.Err()). It reads the row,
-// then watches it from the read's revision + 1, so no change is missed.
+// (zero: absent), or when ctx ends (returning ctx.Err()), or when the store is
+// closed (returning authority.ErrClosed). It reads the row, then watches it
+// from the read's revision + 1, so no change is missed.
 func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen authority.StoreVersion) error {
 	if err := authority.ValidateKey(key); err != nil {
 		return err
@@ -34,8 +35,12 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 	}
 	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer stop()
+	defer context.AfterFunc(s.life, stop)()
 	for wr := range s.client.Watch(wctx, rowKey, clientv3.WithRev(resp.Header.Revision+1)) {
 		if err := wr.Err(); err != nil {
+			if s.closed.Load() {
+				return authority.ErrClosed
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -49,6 +54,9 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 		if len(wr.Events) > 0 {
 			return nil
 		}
+	}
+	if s.closed.Load() {
+		return authority.ErrClosed
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()

@@ -1,0 +1,51 @@
+package etcd_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdtest"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+)
+
+// Close ends every WaitForChange with ErrClosed, on a caller's client (which
+// Close leaves open) and on the store's own (which Close closes).
+func TestCloseEndsWaitForChange(t *testing.T) {
+	own := func(t *testing.T) *etcdstore.Store {
+		s, err := etcdstore.New(context.Background(), etcdstore.Config{
+			Endpoints: server.Endpoints(),
+			CAFile:    os.Getenv(etcdtest.EnvCACert), CertFile: os.Getenv(etcdtest.EnvCert), KeyFile: os.Getenv(etcdtest.EnvKey),
+			Username: os.Getenv(etcdtest.EnvUser), Password: os.Getenv(etcdtest.EnvPassword),
+			Namespace: etcdtest.Namespace(),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	callers := func(t *testing.T) *etcdstore.Store { return newStore(t, nil, etcdstore.Config{}) }
+	for name, open := range map[string]func(*testing.T) *etcdstore.Store{"caller's client": callers, "store's own client": own} {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			// the caller's context outlives the test: only Close can end the wait
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			key, err := authority.EncodeKey(authority.ObjectActor, "never-written")
+			require.NoError(t, err)
+			waited := make(chan error, 1)
+			go func() { waited <- s.WaitForChange(ctx, key, "") }()
+			time.Sleep(200 * time.Millisecond) // let the wait reach its watch
+			require.NoError(t, s.Close())
+			select {
+			case err := <-waited:
+				require.ErrorIs(t, err, authority.ErrClosed)
+			case <-time.After(20 * time.Second):
+				t.Fatal("WaitForChange still blocked 20 s after Close")
+			}
+		})
+	}
+}
