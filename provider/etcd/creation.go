@@ -274,10 +274,20 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		}
 		liveKey = s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
 		_, resTTL := s.reservationRecord("")
-		termTTL := record.ExpiresAt.Sub(s.clock.Now())
+		// the reads took time: the terminal must still be live when the
+		// write is built (ValidateTerminalExpiry), not only when validated
+		now := s.clock.Now()
+		if err := authority.ValidateTerminalExpiry(record.ExpiresAt, now); err != nil {
+			return authority.CompleteCreationResult{}, err
+		}
+		termTTL := record.ExpiresAt.Sub(now)
 		var resp *clientv3.TxnResponse
 		var next *row
 		err := s.leases.withLeases(ctx, []time.Duration{resTTL, termTTL}, func(ids []clientv3.LeaseID) error {
+			// granting the leases took time too
+			if err := authority.ValidateTerminalExpiry(record.ExpiresAt, s.clock.Now()); err != nil {
+				return err
+			}
 			t := &txn{}
 			t.cmp(modRevIs(rowKey, cur.modRev))
 			t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))

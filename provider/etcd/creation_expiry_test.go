@@ -1,0 +1,73 @@
+package etcd_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// slowReadKV moves the store's clock on by jump during the first Txn it
+// sends once armed, as a slow read would: the decision that follows is made
+// at the later time.
+type slowReadKV struct {
+	clientv3.KV
+	armed *atomic.Bool
+	clock *authority.ManualClock
+	jump  time.Duration
+}
+
+func (k slowReadKV) Txn(ctx context.Context) clientv3.Txn {
+	return slowReadTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type slowReadTxn struct {
+	clientv3.Txn
+	kv slowReadKV
+}
+
+func (t slowReadTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	return slowReadTxn{Txn: t.Txn.If(cs...), kv: t.kv}
+}
+func (t slowReadTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	return slowReadTxn{Txn: t.Txn.Then(ops...), kv: t.kv}
+}
+func (t slowReadTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	return slowReadTxn{Txn: t.Txn.Else(ops...), kv: t.kv}
+}
+func (t slowReadTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if t.kv.armed.CompareAndSwap(true, false) {
+		t.kv.clock.Advance(t.kv.jump)
+	}
+	return resp, err
+}
+
+// A completion whose terminal expires while the store reads is refused at
+// write time: it never makes the row active with a terminal nobody can read.
+func TestCompleteCreationRechecksTerminalExpiryAtWriteTime(t *testing.T) {
+	var armed atomic.Bool
+	clock := authority.NewManualClock(testEpoch)
+	c := server.Client(t)
+	c.KV = slowReadKV{KV: c.KV, armed: &armed, clock: clock, jump: 10 * time.Minute}
+	s := newStore(t, c, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	r := fx.Reserve(authority.ObjectActor, "late", conformance.TargetA)
+	pub := fx.PublicationFor(fx.Operation(), time.Minute) // expires at +6 min
+	before := fx.State()
+	etcdstore.ForgetRows(s) // the completion must read the row
+	armed.Store(true)
+	res, err := s.CompleteCreation(context.Background(), r.CompleteRequest(authority.TerminalCreated, []byte("ready"), pub))
+	require.ErrorIs(t, err, authority.ErrInvalidArgument, "completion answered %+v", res)
+	fx.RequireState(before)
+	read, err := s.ReadCreationTerminal(context.Background(), pub.Operation)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindMissing, read.Kind)
+}
