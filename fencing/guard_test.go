@@ -168,6 +168,12 @@ func TestCheckRefusesBadInput(t *testing.T) {
 			require.ErrorIs(t, tx.Commit(), sql.ErrTxDone, "the transaction was rolled back")
 		})
 	}
+	// A transaction already committed: an error, nothing recorded.
+	done, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, done.Commit())
+	require.ErrorIs(t, g.Check(ctx, done, "actor/a", 6), sql.ErrTxDone)
+
 	var nilGuard *fencing.Guard
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
