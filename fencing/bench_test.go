@@ -1,0 +1,57 @@
+package fencing_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/zlink-systems/authority/fencing"
+)
+
+// BenchmarkCheck measures one guarded transaction (Check, then an INSERT,
+// commit) against the same transaction without the guard, in the same run on
+// the same server: the difference is the guard's cost.
+//
+//	baseline:    BEGIN; INSERT; COMMIT
+//	same-object: BEGIN; Check (one object, the owner's token each time); INSERT; COMMIT
+//	new-object:  BEGIN; Check (a new object each time: an insert into the fence); INSERT; COMMIT
+func BenchmarkCheck(b *testing.B) {
+	db := openDB(b)
+	ctx := context.Background()
+	g, err := fencing.NewGuard(fencing.PostgreSQL, tableFor(b, "fence"))
+	require.NoError(b, err)
+	require.NoError(b, g.Init(ctx, db))
+	data := tableFor(b, "data")
+	_, err = db.ExecContext(ctx, `CREATE TABLE `+data+` (id bigserial PRIMARY KEY, object text NOT NULL, token bigint NOT NULL)`)
+	require.NoError(b, err)
+	insert := `INSERT INTO ` + data + ` (object, token) VALUES ($1, $2)`
+
+	run := func(b *testing.B, check func(tx *sql.Tx, i int) error) {
+		for i := 0; b.Loop(); i++ {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if check != nil {
+				if err := check(tx, i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, insert, "actor/bench", int64(i+1)); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("baseline", func(b *testing.B) { run(b, nil) })
+	b.Run("same-object", func(b *testing.B) {
+		run(b, func(tx *sql.Tx, i int) error { return g.Check(ctx, tx, "actor/bench", 7) })
+	})
+	b.Run("new-object", func(b *testing.B) {
+		run(b, func(tx *sql.Tx, i int) error { return g.Check(ctx, tx, fmt.Sprintf("actor/%s/%d", b.Name(), i), 1) })
+	})
+}
