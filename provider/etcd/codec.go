@@ -92,12 +92,15 @@ func capacityValue(state authority.AllocationState, c authority.CapacityVector) 
 
 func decodeCapacityValue(v []byte) (authority.AllocationState, authority.CapacityVector, error) {
 	var w capacityEntryWire
-	if err := json.Unmarshal(v, &w); err != nil {
+	if err := decodeStrict(v, &w); err != nil {
 		return "", authority.CapacityVector{}, err
 	}
 	st := authority.AllocationState(w.State)
 	if st != authority.AllocationReserved && st != authority.AllocationActive {
 		return "", authority.CapacityVector{}, fmt.Errorf("capacity state %q", w.State)
+	}
+	if err := w.check(); err != nil {
+		return "", authority.CapacityVector{}, err
 	}
 	return st, w.vector(), nil
 }
@@ -142,7 +145,10 @@ func decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
 	}
 	meta := v[1+sz : 1+sz+int(n)]
 	var w rowWire
-	if err := json.Unmarshal(meta, &w); err != nil {
+	if err := decodeStrict(meta, &w); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	if err := w.check(); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
 	r := &row{
@@ -156,6 +162,9 @@ func decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
 		payload: bytes.Clone(v[1+sz+int(n):]),
 	}
 	if r.ownerGen == 0 {
+		if kv.ModRevision <= 0 { // no revision to stand for: not a key etcd returned
+			return nil, corrupt(string(kv.Key), errBadRow)
+		}
 		r.ownerGen = kv.ModRevision
 	}
 	if p := w.Pending; p != nil {
@@ -222,7 +231,10 @@ type reservationRecord struct {
 
 func decodeReservation(kv *mvccpb.KeyValue) (reservationRecord, error) {
 	var r reservationRecord
-	if err := json.Unmarshal(kv.Value, &r); err != nil {
+	if err := decodeStrict(kv.Value, &r); err != nil {
+		return r, corrupt(string(kv.Key), err)
+	}
+	if err := r.check(); err != nil {
 		return r, corrupt(string(kv.Key), err)
 	}
 	return r, nil
@@ -254,7 +266,10 @@ func encodeTerminal(t *authority.TerminalRecord) string {
 
 func decodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
 	var w terminalWire
-	if err := json.Unmarshal(kv.Value, &w); err != nil {
+	if err := decodeStrict(kv.Value, &w); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	if err := w.check(); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
 	return &authority.TerminalRecord{

@@ -127,6 +127,13 @@ func FuzzRowRoundTrip(f *testing.F) {
 		}
 		kv := &mvccpb.KeyValue{Key: []byte(fuzzRowKey), Value: []byte(r.encode(false)), ModRevision: r.modRev, CreateRevision: r.createRev}
 		got, err := decodeRow(r.key, kv)
+		if bad := storableRow(r); bad != nil {
+			// a row no operation can store is refused when read back
+			if !errors.Is(err, authority.ErrCorrupt) {
+				t.Fatalf("a row with %v decoded: %v, %v", bad, got, err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("decode of an encoded row: %v", err)
 		}
@@ -154,6 +161,8 @@ func FuzzDecodeCapacity(f *testing.F) {
 	f.Add("row/x", []byte(`{"st":"gone"}`))
 	f.Add("row/", []byte(`null`))
 	f.Add("row/x", []byte(`{"st":"reserved","a":1e400}`))
+	f.Add("row/x", []byte(`{"st":"active","a":-5}`)) // once subtracted from the node's usage
+	f.Add("row/x", []byte(`{}`))
 	s := &Store{keys: layout{ns: "/ns/"}}
 	node := authority.NodeDescriptor{MeshName: "mesh-1", RID: "node-a"}
 	f.Fuzz(func(t *testing.T, rest string, value []byte) {
@@ -192,6 +201,10 @@ func FuzzDecodeRecords(f *testing.F) {
 	f.Add([]byte(`{"e":"not a time"}`))
 	f.Add([]byte{0x0f, 0xff, 0x81, 0x03, 0x01, 0x01})
 	f.Add([]byte{})
+	// values once taken for absent or expired records (issue 23)
+	for _, v := range []string{`null`, `{}`, `{"st":"active","a":1e400}`, `{"s":"committed","e":"2030-01-01T00:00:00Z"} {}`} {
+		f.Add([]byte(v))
+	}
 	f.Fuzz(func(t *testing.T, value []byte) {
 		kv := func(v []byte) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte("/ns/records/x"), Value: v} }
 
@@ -279,4 +292,41 @@ func FuzzListCursor(f *testing.F) {
 			}
 		}
 	})
+}
+
+// storableRow says why no operation can store r (nil: one can), by the
+// contract's own validators: the decoder must refuse exactly those rows.
+func storableRow(r *row) error {
+	for _, t := range []struct{ v, name string }{
+		{r.owner.OwnerID, "owner"}, {r.alloc.Descriptor.MeshName, "mesh"}, {r.alloc.Descriptor.RID, "rid"},
+	} {
+		if err := authority.RequireText(t.v, t.name); err != nil {
+			return err
+		}
+	}
+	switch r.alloc.ObjectKind {
+	case authority.ObjectActor, authority.ObjectUserSpot, authority.ObjectInstanceSpot:
+	default:
+		return errors.New("object kind")
+	}
+	if r.owner.LeaseGeneration < 0 {
+		return errors.New("lease generation")
+	}
+	c := r.alloc.Capacity
+	for _, n := range []int64{c.Actors, c.Spots} {
+		if n < 0 || n > 0x7fff_ffff {
+			return errors.New("count")
+		}
+	}
+	if st := c.SpotType; st != nil {
+		if st.Count < 0 || st.Count > 0x7fff_ffff || !st.ObjectKind.IsSpot() || strings.IndexByte(st.StableType, 0) >= 0 {
+			return errors.New("spot type")
+		}
+	}
+	if p := r.pending; p != nil {
+		if err := authority.RequireText(p.ReservationID, "reservation"); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package etcd
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -360,7 +359,10 @@ func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
 		return err
 	}
 	var v livenessRecord
-	if err := json.Unmarshal(kv.Value, &v); err != nil {
+	if err := decodeStrict(kv.Value, &v); err != nil {
+		return err
+	}
+	if err := v.check(); err != nil {
 		return err
 	}
 	if v != (livenessRecord{MeshName: e.Node.MeshName, RID: e.Node.RID, Lifecycle: e.Lifecycle, OwnerID: e.Owner.OwnerID, Lease: e.Owner.LeaseGeneration}) {

@@ -1,0 +1,153 @@
+package etcd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// maxStoredCount bounds every count a stored value holds (the contract's
+// capacity bound): a larger or negative one is corrupt.
+const maxStoredCount = 0x7fff_ffff
+
+// errNotObject reports a stored JSON value that is not one object.
+var errNotObject = errors.New("stored value is not one JSON object")
+
+// decodeStrict decodes the JSON object data into v: an unknown field, a value
+// of the wrong type or out of its Go type's range, `null`, anything that is
+// not an object and trailing data are all errors. The caller then checks
+// that the decoded fields are present and in range (checkX below).
+func decodeStrict(data []byte, v any) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return errNotObject
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errNotObject
+	}
+	return nil
+}
+
+// storedText checks a stored string that must be non-empty text (as the
+// contract's RequireText).
+func storedText(value, name string) error {
+	if value == "" || bytes.IndexByte([]byte(value), 0) >= 0 || !utf8.ValidString(value) {
+		return fmt.Errorf("%s is not non-empty text", name)
+	}
+	return nil
+}
+
+// storedCount checks a stored count: 0 ≤ n ≤ maxStoredCount.
+func storedCount(n int64, name string) error {
+	if n < 0 || n > maxStoredCount {
+		return fmt.Errorf("%s %d is out of range", name, n)
+	}
+	return nil
+}
+
+// check validates a stored capacity vector: every count in range, the Spot
+// type present exactly when flagged and of a Spot kind.
+func (w capacityWire) check() error {
+	for _, c := range []struct {
+		n    int64
+		name string
+	}{{w.Actors, "actor count"}, {w.Spots, "spot count"}, {w.Count, "spot type count"}} {
+		if err := storedCount(c.n, c.name); err != nil {
+			return err
+		}
+	}
+	if !w.HasST {
+		if w.Kind != "" || w.Type != "" || w.Count != 0 {
+			return errors.New("spot type fields without a spot type")
+		}
+		return nil
+	}
+	if !authority.ObjectKind(w.Kind).IsSpot() || !utf8.ValidString(w.Type) || bytes.IndexByte([]byte(w.Type), 0) >= 0 {
+		return fmt.Errorf("spot type %q/%q is invalid", w.Kind, w.Type)
+	}
+	return nil
+}
+
+// check validates a decoded row header.
+func (w *rowWire) check() error {
+	if w.State != string(authority.AllocationActive) && w.State != string(authority.AllocationReserved) {
+		return fmt.Errorf("row state %q", w.State)
+	}
+	switch authority.ObjectKind(w.Kind) {
+	case authority.ObjectActor, authority.ObjectUserSpot, authority.ObjectInstanceSpot:
+	default:
+		return fmt.Errorf("row object kind %q", w.Kind)
+	}
+	for _, t := range []struct{ v, name string }{{w.OwnerID, "owner ID"}, {w.Mesh, "mesh name"}, {w.RID, "node RID"}} {
+		if err := storedText(t.v, t.name); err != nil {
+			return err
+		}
+	}
+	if w.OwnerGen < 0 || w.Lease < 0 {
+		return errors.New("negative owner generation or lease generation")
+	}
+	if p := w.Pending; p != nil {
+		if err := storedText(p.ReservationID, "reservation ID"); err != nil {
+			return err
+		}
+		if p.Size < 0 {
+			return errors.New("negative request size")
+		}
+	}
+	return w.Capacity.check()
+}
+
+// check validates a decoded reservation terminal.
+func (r reservationRecord) check() error {
+	switch r.State {
+	case reservationCommitted, reservationAborted, string(authority.TerminalRejected), string(authority.TerminalFailed):
+	default:
+		return fmt.Errorf("reservation terminal state %q", r.State)
+	}
+	if r.ExpiresAt.IsZero() {
+		return errors.New("reservation terminal without an expiry")
+	}
+	return nil
+}
+
+// check validates a decoded creation terminal.
+func (w *terminalWire) check() error {
+	switch authority.TerminalState(w.State) {
+	case authority.TerminalCreated, authority.TerminalRejected, authority.TerminalFailed:
+	default:
+		return fmt.Errorf("creation terminal state %q", w.State)
+	}
+	if authority.ObjectKind(w.Kind) != authority.ObjectActor {
+		return fmt.Errorf("creation terminal object kind %q", w.Kind)
+	}
+	if err := storedText(w.Reservation, "reservation ID"); err != nil {
+		return err
+	}
+	if w.ExpiresAt.IsZero() {
+		return errors.New("creation terminal without an expiry")
+	}
+	return nil
+}
+
+// check validates a decoded owner liveness value.
+func (l livenessRecord) check() error {
+	for _, t := range []struct{ v, name string }{{l.OwnerID, "owner ID"}, {l.MeshName, "mesh name"}, {l.RID, "node RID"}} {
+		if err := storedText(t.v, t.name); err != nil {
+			return err
+		}
+	}
+	if l.Lease < 0 {
+		return errors.New("negative lease generation")
+	}
+	return nil
+}
