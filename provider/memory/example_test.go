@@ -88,7 +88,7 @@ func ExampleStore_Commit() {
 
 	commit := authority.CommitRequest{
 		Key:                  req.Key,
-		ReservationID:        reserved.ReservationID,      // from the reservation
+		ReservationID:        reserved.ReservationID,         // from the reservation
 		ExpectedStoreVersion: reserved.Creating.StoreVersion, // the reserved row's version
 		Target:               req.Target,
 		ReadyPayload:         []byte("ready"),
