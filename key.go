@@ -28,7 +28,12 @@ func (k Key) String() string { return string(k) }
 
 // ObjectKey identifies an object by kind and global ID, before encoding.
 type ObjectKey struct {
-	Kind     ObjectKind
+	// Kind is the object's kind: in a request, ObjectActor, ObjectUserSpot
+	// or ObjectInstanceSpot.
+	Kind ObjectKind
+	// GlobalID is the object's ID, unique within its kind (the framework's
+	// global ID): non-empty UTF-8 text without NUL; EncodeKey escapes '%',
+	// '/' and control bytes.
 	GlobalID string
 }
 

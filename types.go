@@ -38,28 +38,52 @@ func (v StoreVersion) String() string { return string(v) }
 
 // OwnerToken names the owner of a row: an owner ID and the generation of the
 // owner's lease. A new lease generation is a new token for the same owner.
+// In a request, take it from the owner's lease (the etcd provider's
+// OwnerLease.Token); the memory provider's LivenessOracle decides which
+// tokens are live.
 type OwnerToken struct {
-	OwnerID         string
+	// OwnerID names the owner (for example a node's runtime): non-empty
+	// UTF-8 text without NUL.
+	OwnerID string
+	// LeaseGeneration is the generation of the owner's lease the token
+	// stands for (etcd: handed out by Registry.Acquire, 1, 2, ...; a rebind
+	// needs it ≥ 1).
 	LeaseGeneration int64
 }
 
 // NodeDescriptor names a cluster node: its mesh and its RID.
 type NodeDescriptor struct {
+	// MeshName is the mesh (cluster) the node belongs to: non-empty UTF-8
+	// text without NUL.
 	MeshName string
-	RID      string
+	// RID is the node's runtime ID within the mesh: non-empty UTF-8 text
+	// without NUL.
+	RID string
 }
 
 // SpotTypeCapacity is the per-Spot-type part of a capacity vector.
 type SpotTypeCapacity struct {
+	// ObjectKind is the Spot kind counted (ObjectUserSpot or
+	// ObjectInstanceSpot); any other kind is invalid.
 	ObjectKind ObjectKind
+	// StableType is the Spot's stable type (the reservation's
+	// CreationIntent.StableType): UTF-8 without NUL.
 	StableType string
-	Count      int64
+	// Count is how many of that kind and type the object takes: 1..2^31-1.
+	Count int64
 }
 
 // CapacityVector is the placement capacity an object consumes on its node.
+// Every count is 0..2^31-1 and at least one is non-zero (ErrInvalidArgument
+// otherwise). The caller's placement decides it (an Actor usually {Actors:
+// 1}, a Spot {Spots: 1, SpotType: {kind, type, 1}}); the store counts it
+// against the node's capacity until the row goes.
 type CapacityVector struct {
-	Actors   int64
-	Spots    int64
+	// Actors is the number of Actor slots taken.
+	Actors int64
+	// Spots is the number of Spot slots taken (any type).
+	Spots int64
+	// SpotType, when set, is the per-type count; nil: none.
 	SpotType *SpotTypeCapacity
 }
 
@@ -152,20 +176,43 @@ func (s *Snapshot) Clone() *Snapshot {
 	return &c
 }
 
-// CreationIntent describes the creation request a reservation carries.
+// CreationIntent describes the creation request a reservation carries. The
+// caller stores the encoded creation request first (inline, or as a relocation
+// blob) and puts its receipt here; the reserved row keeps it as its
+// PendingCreation, so whoever finishes the creation can find and check the
+// request.
 type CreationIntent struct {
-	StableType              string
+	// StableType is the object's stable type (its class in the framework):
+	// non-empty UTF-8 text without NUL.
+	StableType string
+	// RequestContentReference says where the encoded creation request is
+	// (for example a relocation BlobReference, or the coordinator's inline
+	// content reference): non-empty UTF-8 text without NUL, opaque to the
+	// store.
 	RequestContentReference string
-	RequestSHA256           []byte
-	RequestEncodedSize      int64
+	// RequestSHA256 is the SHA-256 of the encoded creation request: exactly
+	// 32 bytes.
+	RequestSHA256 []byte
+	// RequestEncodedSize is the encoded creation request's length in bytes:
+	// 0..MaxPayloadBytes.
+	RequestEncodedSize int64
 }
 
 // CreationTarget is the node and owner a reservation places an object on.
+// Reserve needs the owner live on the node at that lifecycle generation;
+// commit, completeCreation and abort repeat the reservation's target.
 type CreationTarget struct {
-	MeshName                string
-	NodeRID                 string
+	// MeshName is the target node's mesh: non-empty UTF-8 text without NUL.
+	MeshName string
+	// NodeRID is the target node's RID: non-empty UTF-8 text without NUL.
+	NodeRID string
+	// NodeLifecycleGeneration is the target node's lifecycle generation
+	// (its incarnation; etcd: the lifecycle given to Registry.Acquire). The
+	// capacity is counted per node and lifecycle.
 	NodeLifecycleGeneration int64
-	Owner                   OwnerToken
+	// Owner is the lease the row is placed under (its OwnerID non-empty):
+	// the target node's current owner lease.
+	Owner OwnerToken
 }
 
 // Descriptor returns the target's node descriptor.
@@ -173,25 +220,47 @@ func (t CreationTarget) Descriptor() NodeDescriptor {
 	return NodeDescriptor{MeshName: t.MeshName, RID: t.NodeRID}
 }
 
-// CreationOperationID is the 128-bit operation ID of a creation operation.
+// CreationOperationID is the 128-bit operation ID of a creation operation,
+// chosen by the source node (random, or a counter it never reuses); it must
+// not be zero.
 type CreationOperationID struct {
+	// High is the upper 64 bits.
 	High uint64
-	Low  uint64
+	// Low is the lower 64 bits.
+	Low uint64
 }
 
-// CreationOperation identifies one creation operation of a source node.
+// CreationOperation identifies one creation operation of a source node: the
+// node that asked for the creation and waits for its terminal.
 type CreationOperation struct {
-	SourceNodeRID        string
+	// SourceNodeRID is the RID of the node that started the operation: 1..255
+	// bytes of UTF-8 without NUL.
+	SourceNodeRID string
+	// SourceNodeGeneration is that node's lifecycle generation:
+	// 1..MaxGeneration.
 	SourceNodeGeneration int64
-	OperationID          CreationOperationID
+	// OperationID is the operation's ID on that node; not zero.
+	OperationID CreationOperationID
 }
 
-// TerminalPublication is the terminal a completeCreation publishes.
+// TerminalPublication is the terminal a completeCreation publishes: readable
+// with ReadCreationTerminal(Operation) until OperationDeadline plus
+// CreationTerminalRetention.
 type TerminalPublication struct {
-	Operation              CreationOperation
-	TerminalEnvelope       []byte
+	// Operation is the creation operation the terminal answers (the one the
+	// source node waits on).
+	Operation CreationOperation
+	// TerminalEnvelope is the terminal's encoded body, opaque to the store
+	// (the coordinator's terminal envelope): at most MaxPayloadBytes.
+	TerminalEnvelope []byte
+	// TerminalEnvelopeSHA256 is SHA-256(TerminalEnvelope): exactly 32 bytes,
+	// and it must match.
 	TerminalEnvelopeSHA256 []byte
-	OperationDeadline      time.Time
+	// OperationDeadline is the operation's deadline (set by its source
+	// node). Not zero; the terminal expires at OperationDeadline +
+	// CreationTerminalRetention, which must be after the store's clock and
+	// at most MaxRetention away.
+	OperationDeadline time.Time
 }
 
 // TerminalState is the outcome a creation terminal records.
@@ -250,15 +319,21 @@ const (
 )
 
 // Mutation is the change a CompareExchangeAuthority applies to an active row.
+// Build it with Put, Delete, RebindOwnerLease or Restore.
 type Mutation struct {
+	// Kind is put, delete, rebindOwnerLease or restore; anything else is
+	// ErrInvalidArgument.
 	Kind MutationKind
-	// Payload is the new payload (put, rebindOwnerLease, restore).
+	// Payload is the new payload (put, rebindOwnerLease, restore): at most
+	// MaxPayloadBytes. Ignored by delete.
 	Payload []byte
 	// GenerationTransition must be TransitionPreserve for a put.
 	GenerationTransition GenerationTransition
-	// ExpectedOwner is the row's current owner (rebindOwnerLease, restore).
+	// ExpectedOwner is the row's current owner (rebindOwnerLease, restore):
+	// the Snapshot's Owner(). For a rebind its LeaseGeneration is ≥ 1.
 	ExpectedOwner OwnerToken
-	// TargetOwner is the owner's new lease (rebindOwnerLease).
+	// TargetOwner is the owner's new lease (rebindOwnerLease): the same
+	// OwnerID, another LeaseGeneration ≥ 1, and live.
 	TargetOwner OwnerToken
 }
 
@@ -300,20 +375,37 @@ type CapacityUsage struct {
 
 // ReserveRequest asks to reserve a new object on a target node.
 type ReserveRequest struct {
-	Key             ObjectKey
-	Intent          CreationIntent
-	Target          CreationTarget
+	// Key is the new object: Kind ObjectActor, ObjectUserSpot or
+	// ObjectInstanceSpot, GlobalID non-empty UTF-8 text without NUL.
+	Key ObjectKey
+	// Intent is the receipt of the stored creation request.
+	Intent CreationIntent
+	// Target is the node and owner lease the object is placed on; the owner
+	// must be live there.
+	Target CreationTarget
+	// CreatingPayload is the reserved row's payload until the creation ends
+	// (the caller's "creating" state): at most MaxPayloadBytes.
 	CreatingPayload []byte
-	Capacity        CapacityVector
+	// Capacity is what the object takes on the target node (valid as
+	// ValidateCapacityVector says); counted as reserved, then active.
+	Capacity CapacityVector
 }
 
-// CommitRequest commits a reserved non-Actor object.
+// CommitRequest commits a reserved non-Actor object. Its fields repeat the
+// reservation: ReserveResult and the ReserveRequest it answered.
 type CommitRequest struct {
-	Key                  ObjectKey
-	ReservationID        string
+	// Key is the reserved object's key; a Spot kind (an Actor finishes with
+	// CompleteCreation).
+	Key ObjectKey
+	// ReservationID is ReserveResult.ReservationID; another one is stale.
+	ReservationID string
+	// ExpectedStoreVersion is the reserved row's version,
+	// ReserveResult.Creating.StoreVersion.
 	ExpectedStoreVersion StoreVersion
-	Target               CreationTarget
-	ReadyPayload         []byte
+	// Target is the reservation's target (ReserveRequest.Target).
+	Target CreationTarget
+	// ReadyPayload is the active row's payload: at most MaxPayloadBytes.
+	ReadyPayload []byte
 }
 
 // CompletionKind is the outcome a completeCreation reports.
@@ -321,50 +413,95 @@ type CompletionKind = TerminalState
 
 // Completion is the outcome of an Actor creation.
 type Completion struct {
+	// Kind is TerminalCreated (the row becomes active), TerminalRejected or
+	// TerminalFailed (the row is deleted, its capacity released).
 	Kind CompletionKind
-	// ReadyPayload is the ready payload (created only).
+	// ReadyPayload is the ready payload (created only): at most
+	// MaxPayloadBytes.
 	ReadyPayload []byte
 	// Terminal is the terminal to publish. Required.
 	Terminal *TerminalPublication
 }
 
-// CompleteCreationRequest completes a reserved Actor.
+// CompleteCreationRequest completes a reserved Actor. Its fields repeat the
+// reservation, as CommitRequest's do.
 type CompleteCreationRequest struct {
-	Key                  ObjectKey
-	ReservationID        string
+	// Key is the reserved Actor's key (Kind ObjectActor).
+	Key ObjectKey
+	// ReservationID is ReserveResult.ReservationID: non-empty UTF-8 text
+	// without NUL; another one is stale.
+	ReservationID string
+	// ExpectedStoreVersion is ReserveResult.Creating.StoreVersion.
 	ExpectedStoreVersion StoreVersion
-	Target               CreationTarget
-	Completion           Completion
+	// Target is the reservation's target (ReserveRequest.Target).
+	Target CreationTarget
+	// Completion is the creation's outcome and the terminal to publish.
+	Completion Completion
 }
 
-// AbortRequest abandons a reservation.
+// AbortRequest abandons a reservation: the reserved row is deleted and its
+// capacity released. Its fields repeat the reservation.
 type AbortRequest struct {
-	Key                  ObjectKey
-	ReservationID        string
+	// Key is the reserved object's key (any object kind).
+	Key ObjectKey
+	// ReservationID is ReserveResult.ReservationID; another one is stale.
+	ReservationID string
+	// ExpectedStoreVersion is ReserveResult.Creating.StoreVersion.
 	ExpectedStoreVersion StoreVersion
-	Target               CreationTarget
+	// Target is the reservation's target (ReserveRequest.Target).
+	Target CreationTarget
 }
 
 // AggregateParticipant is one row of an aggregate.
 type AggregateParticipant struct {
-	AuthorityKey         Key
+	// AuthorityKey is the row's key (EncodeKey of an active row): non-empty
+	// UTF-8 text without NUL.
+	AuthorityKey Key
+	// ExpectedStoreVersion is the row's version the caller read; the
+	// aggregate applies only while the row is still at it.
 	ExpectedStoreVersion StoreVersion
-	OwnerTransition      GenerationTransition
-	AuthorityPayload     []byte
-	MembershipMutation   []byte
+	// OwnerTransition is TransitionPreserve (the row stays with its owner,
+	// which must be live) or TransitionNewOwner (it moves to the aggregate's
+	// target owner and node, whatever its current owner's liveness).
+	OwnerTransition GenerationTransition
+	// AuthorityPayload is the row's payload after the commit: at most
+	// MaxPayloadBytes.
+	AuthorityPayload []byte
+	// MembershipMutation is the caller's record of the membership change
+	// this row takes part in (for example the group it joins), kept with the
+	// aggregate record and part of the request's identity (Equal); opaque
+	// to the store, bounded only by the server's request size.
+	MembershipMutation []byte
 }
 
 // AggregatePrepareRequest prepares an aggregate: a set of rows that commit
 // together, the newOwner ones moving to the target owner and node.
 type AggregatePrepareRequest struct {
-	AggregateID                         string
-	AggregateGeneration                 int64
-	TargetOwner                         OwnerToken
-	TargetDescriptor                    NodeDescriptor
+	// AggregateID names the aggregate (the caller's move or group
+	// operation): non-empty UTF-8 text without NUL.
+	AggregateID string
+	// AggregateGeneration is the attempt of that aggregate: ≥ 1. A retried
+	// prepare repeats it; a new attempt of the same ID takes another one.
+	AggregateGeneration int64
+	// TargetOwner is the lease the newOwner participants move to (its
+	// OwnerID non-empty); it must be live on the target node.
+	TargetOwner OwnerToken
+	// TargetDescriptor is the node they move to (mesh and RID non-empty).
+	TargetDescriptor NodeDescriptor
+	// TargetDescriptorLifecycleGeneration is that node's lifecycle
+	// generation.
 	TargetDescriptorLifecycleGeneration int64
-	Capacity                            CapacityVector
-	InventoryDigest                     []byte
-	// Participants must be unique and sorted by AuthorityKey.
+	// Capacity is what the aggregate takes on the target node: valid as
+	// ValidateCapacityVector says, and equal to the sum of the newOwner
+	// participants' current capacities (otherwise the prepare is a
+	// conflict).
+	Capacity CapacityVector
+	// InventoryDigest is the caller's digest of what the aggregate moves
+	// (for example SHA-256 of its inventory): exactly 32 bytes, opaque to
+	// the store, part of the request's identity.
+	InventoryDigest []byte
+	// Participants are the rows the aggregate commits together: at least
+	// one, unique and sorted by AuthorityKey (byte order).
 	Participants []AggregateParticipant
 }
 
@@ -408,9 +545,13 @@ func (r *AggregatePrepareRequest) Equal(o *AggregatePrepareRequest) bool {
 	return true
 }
 
-// Fence identifies a prepared aggregate.
+// Fence identifies a prepared aggregate: PrepareAggregateResult.Fence, or
+// the prepare request's Fence().
 type Fence struct {
-	AggregateID         string
+	// AggregateID is the request's AggregateID: non-empty UTF-8 text
+	// without NUL.
+	AggregateID string
+	// AggregateGeneration is the request's AggregateGeneration: ≥ 1.
 	AggregateGeneration int64
 }
 

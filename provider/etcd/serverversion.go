@@ -1,0 +1,44 @@
+package etcd
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Patch releases below which a server line has known watch and lease bugs
+// the provider depends on not hitting: watches that go back in time after a
+// partition (etcd-io/etcd#15271), lose events under stream starvation
+// (#17529) or around compaction (#18089, #19179), progress notifications
+// (#15220), and a stalled old leader revoking leases (#15247). Kubernetes
+// requires the same releases before it trusts its watch cache.
+const (
+	// RecommendedServer34 is the first 3.4 release with those fixes.
+	RecommendedServer34 = "3.4.31"
+	// RecommendedServer35 is the first 3.5 release with those fixes.
+	RecommendedServer35 = "3.5.13"
+)
+
+// ServerVersionWarning returns a sentence warning about the etcd server
+// version (as Status reports it) when it is accepted (at least
+// MinServerVersion) but older than the fixed release of its line
+// (RecommendedServer34, RecommendedServer35), and "" otherwise. The provider
+// works on such a server (CI runs its suite on one), but the bugs above can
+// hit it under partitions, overload or compaction: upgrade to the latest patch
+// release of the line.
+func ServerVersionWarning(version string) string {
+	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
+	var fixed string
+	switch {
+	case strings.HasPrefix(v, "3.4."):
+		fixed = RecommendedServer34
+	case strings.HasPrefix(v, "3.5."):
+		fixed = RecommendedServer35
+	default:
+		return ""
+	}
+	if !versionAtLeast(v, MinServerVersion) || versionAtLeast(v, fixed) {
+		return ""
+	}
+	return fmt.Sprintf("etcd %s has known watch and lease bugs fixed in %s (etcd-io/etcd#15271, #17529, #18089, #15247); upgrade to the latest %s release",
+		v, fixed, v[:3])
+}
