@@ -1,8 +1,11 @@
 package etcd
 
 import (
+	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	authority "github.com/zlink-systems/authority"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -75,3 +78,29 @@ func (l layout) capacityAggregate(a authority.PlacementAllocation, f authority.F
 
 // prefixEnd returns the end of the range of keys starting with prefix.
 func prefixEnd(prefix string) string { return clientv3.GetPrefixRangeEnd(prefix) }
+
+// layoutSegments are the first path segments of every key a store writes
+// under its namespace (the builders above). A namespace with one of them as
+// a path segment could lie inside another store's layout: the store on
+// "/a/" reads "/a/rows/..." as its rows, so a store on "/a/rows/" would be
+// read, listed and overwritten by it. New refuses such namespaces.
+var layoutSegments = []string{
+	"rows", "owners", "owner-gens", "owner-rows", "capacity", "capacity-epochs",
+	"reservations", "terminals", "aggregates", "blobs",
+}
+
+// validateNamespace checks that ns ends in "/", holds no NUL and has no path
+// segment that is a layout segment, so no store's namespace lies inside
+// another store's layout, whichever prefix the other store has.
+func validateNamespace(ns string) error {
+	if !strings.HasSuffix(ns, "/") || strings.IndexByte(ns, 0) >= 0 {
+		return authority.Invalid("etcd namespace must end in \"/\".")
+	}
+	for _, seg := range strings.Split(ns, "/") {
+		if slices.Contains(layoutSegments, seg) {
+			return authority.Invalid(fmt.Sprintf("etcd namespace %q has the path segment %q, which the key layout uses: "+
+				"it would lie inside the layout of a store on the namespace before it.", ns, seg))
+		}
+	}
+	return nil
+}

@@ -137,8 +137,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace
 	}
-	if !strings.HasSuffix(cfg.Namespace, "/") || strings.IndexByte(cfg.Namespace, 0) >= 0 {
-		return nil, authority.Invalid("etcd namespace must end in \"/\".")
+	if err := validateNamespace(cfg.Namespace); err != nil {
+		return nil, err
 	}
 	if cfg.MaxTxnOps == 0 {
 		cfg.MaxTxnOps = DefaultMaxTxnOps
