@@ -39,6 +39,9 @@ func mapError(err error, write bool) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, ErrClusterRegressed) { // already classified (regression.go)
+		return err
+	}
 	unknownOr := func(msg string) error {
 		if write {
 			return authority.Wrap(authority.ErrOutcomeUnknown, "etcd write "+msg, err)

@@ -121,6 +121,8 @@ type Store struct {
 	// (WaitForChange) end with it.
 	life    context.Context
 	endLife context.CancelFunc
+	// revisions trips when the cluster goes back in time (regression.go).
+	revisions revisionGuard
 	// serverWarning is ServerVersionWarning of the server New checked.
 	serverWarning string
 }
@@ -177,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.kv = s.client.KV
+	s.kv = guardedKV{KV: s.client.KV, g: &s.revisions}
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
