@@ -36,7 +36,7 @@ const (
 // place one store frees is admitted by another.
 func TestCapacityExactUnderFaults(t *testing.T) {
 	c, cli := startCluster(t, etcdcluster.Options{})
-	const ns = "/faults/capacity/"
+	const ns = "/faults/capacity-exact/"
 	admin := newStore(t, cli, ns)
 	tgt := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, authority.OwnerToken{OwnerID: "cap-owner", LeaseGeneration: 1})
 	markLive(t, admin, tgt, ownerTTL)

@@ -55,6 +55,9 @@ type Config struct {
 	AutoCompactionRetention string
 	// LogOutput receives the server's error log (default os.Stderr).
 	LogOutput io.Writer
+	// QuotaBackendBytes is the server's --quota-backend-bytes (0: etcd's
+	// default, 2 GiB).
+	QuotaBackendBytes int64
 }
 
 // Server is a running embedded etcd server.
@@ -114,6 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.MaxRequestBytes = cfg.MaxRequestBytes
 	ec.AutoCompactionMode = cfg.AutoCompactionMode
 	ec.AutoCompactionRetention = cfg.AutoCompactionRetention
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		s.removeTemp()
