@@ -244,3 +244,28 @@ func TestDoctorDefaultsAreProduction(t *testing.T) {
 	require.Zero(t, after.Count)
 	require.Equal(t, before.Header.Revision, after.Header.Revision, "doctor wrote a revision")
 }
+
+// TestOutputFormats: every command's -o json is one JSON document (a
+// listing is {"items": [...]}), and -o wide adds columns to table.
+func TestOutputFormats(t *testing.T) {
+	for _, args := range [][]string{{"list"}, {"owners"}, {"capacity"}, {"terminals"}, {"reservations"}, {"aggregates"}, {"blobs"}} {
+		out, errOut, code := cli(t, nil, on(goldenNS, append(args, "-o", "json")...)...)
+		require.Equal(t, 0, code, errOut)
+		var v struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &v), "%s -o json", args[0])
+		require.NotNil(t, v.Items, "%s -o json has items", args[0])
+	}
+	for _, args := range [][]string{{"reservations"}, {"doctor", "--no-probe"}} {
+		table, _, code := cli(t, nil, on(goldenNS, append(args, "-o", "table")...)...)
+		require.Equal(t, 0, code)
+		wide, _, code := cli(t, nil, on(goldenNS, append(args, "-o", "wide")...)...)
+		require.Equal(t, 0, code)
+		require.Greater(t, len(strings.Fields(strings.SplitN(wide, "\n", 2)[0])), len(strings.Fields(strings.SplitN(table, "\n", 2)[0])),
+			"%s -o wide adds columns:\n%s", args[0], wide)
+	}
+	out, _, code := cli(t, nil, "--version")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `^authorityctl \S+.* \(go1\.\d+.*etcd client .*etcd server >= 3\.4\.0\)\n$`, out)
+}
