@@ -44,7 +44,10 @@ func newDemoCommand(g *globals) *cobra.Command {
 		Long: `Start an embedded etcd (in a temporary directory, or --data-dir), register
 two nodes with owner leases, create User Spots and Instance activations through
 the coordinators and an Actor through the store, relocate two Spots to the
-other node with an aggregate, then print list, owners and capacity.
+other node with an aggregate, then print the move (before → after: owner,
+node, version, capacity), list, owners and capacity, a legend of their terms,
+and the watch --rev 1 command that replays every change. With -o json or
+-o yaml all of it is one document.
 
 With --serve the server keeps running (the owner leases stay live) and its
 endpoint is printed, so that another shell can run
