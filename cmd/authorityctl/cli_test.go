@@ -45,12 +45,13 @@ var scrubbers = []struct {
 }{
 	{regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`), "<uuid>"},
 	{regexp.MustCompile(`[0-9a-f]{64}`), "<sha256>"},
+	{regexp.MustCompile(`127\.0\.0\.1:\d+`), "<endpoint>"},
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`), "<time>"},
 	{regexp.MustCompile(`"(ttlSeconds|leaseId)": ("?)[0-9a-f]+("?)`), `"$1": "<lease>"`},
 	{regexp.MustCompile(`(leaseId: )"?[0-9a-f]+"?`), `$1<lease>`},
 	{regexp.MustCompile(`(ttlSeconds: )\d+`), `$1<lease>`},
 	{regexp.MustCompile(`\b(\d+d\d+h|\d+h\d+m|\d+m\d+s|\d+s)$`), "<age>"},
-	{regexp.MustCompile(`\b(\d+d\d+h|\d+h\d+m|\d+m\d+s|\d+s)(\s{3,})`), "<age>$2"},
+	{regexp.MustCompile(`\b(\d+d\d+h|\d+h\d+m|\d+m\d+s|\d+s)(\s{3,})`), "<age>   "}, // the column width follows the age
 }
 
 func scrub(s string) string {
@@ -100,6 +101,9 @@ func TestGolden(t *testing.T) {
 		{"terminals_json", []string{"terminals", "-o", "json"}},
 		{"reservations", []string{"reservations"}},
 		{"reservations_yaml", []string{"reservations", "-o", "yaml"}},
+		{"reservations_wide", []string{"reservations", "-o", "wide"}},
+		{"blobs", []string{"blobs"}},
+		{"blobs_json", []string{"blobs", "-o", "json"}},
 		{"aggregates", []string{"aggregates"}},
 		{"aggregates_wide", []string{"aggregates", "-o", "wide"}},
 		{"aggregates_json", []string{"aggregates", "-o", "json"}},
@@ -154,7 +158,7 @@ func TestErrors(t *testing.T) {
 		contains []string
 	}{
 		{"unreachable endpoint", nil, []string{"--endpoints", "127.0.0.1:1", "--dial-timeout", "200ms", "list"},
-			exitConnect, []string{"127.0.0.1:1", "200ms"}},
+			exitConnect, []string{"endpoint 127.0.0.1:1", "connection refused"}},
 		{"unreachable from env", map[string]string{"AUTHORITYCTL_ENDPOINTS": "127.0.0.1:1", "AUTHORITYCTL_DIAL_TIMEOUT": "200ms"},
 			[]string{"owners"}, exitConnect, []string{"127.0.0.1:1"}},
 		{"missing CA file", nil, []string{"--cacert", filepath.Join(dir, "nope.pem"), "list"},
@@ -260,7 +264,7 @@ func TestDoctor(t *testing.T) {
 	requireNoKeys(t, ns)
 
 	// a provider configured beyond the server's limits fails the doctor
-	out, _, code = cli(t, nil, on(ns, "doctor", "--max-txn-ops", "200", "--max-request-bytes", "4194304")...)
+	out, _, code = cli(t, nil, on(ns, "doctor", "--max-txn-ops", "2000", "--max-request-bytes", "8388608")...)
 	require.Equal(t, exitFailure, code)
 	require.Regexp(t, `max txn ops\s+fail`, out)
 	require.Regexp(t, `max request bytes\s+fail`, out)
@@ -334,7 +338,7 @@ func TestRemoveOwner(t *testing.T) {
 	store, err := etcdstore.New(ctx, etcdstore.Config{Client: testClient, Namespace: ns})
 	require.NoError(t, err)
 	defer store.Close()
-	leases, err := populateDemo(ctx, store, func(string, ...any) {})
+	leases, _, err := populateDemo(ctx, store, func(string, ...any) {})
 	require.NoError(t, err)
 	defer func() {
 		for _, l := range leases {
@@ -349,7 +353,7 @@ func TestRemoveOwner(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &dry))
 	require.True(t, dry.DryRun)
 	keys := []string{}
-	for _, r := range dry.Rows {
+	for _, r := range *dry.Rows {
 		keys = append(keys, r.Key)
 	}
 	require.Equal(t, []string{"actor/greeter-1", "user_spot/room-3"}, keys)
@@ -392,7 +396,7 @@ func TestPruneEpochs(t *testing.T) {
 	require.NoError(t, err)
 	defer store.Close()
 	defer func() { _, _ = testClient.Delete(ctx, ns, clientv3.WithPrefix()) }()
-	leases, err := populateDemo(ctx, store, func(string, ...any) {})
+	leases, _, err := populateDemo(ctx, store, func(string, ...any) {})
 	require.NoError(t, err)
 	defer func() {
 		for _, l := range leases {
@@ -421,7 +425,7 @@ func TestPruneEpochs(t *testing.T) {
 
 	out, errOut, code = cli(t, nil, on(ns, "prune-epochs", "--yes")...)
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `PRUNED\s*\n1\s*\n`, out)
+	require.Regexp(t, `pruned 1 capacity epochs:\nMESH\s+NODE\s+LIFECYCLE\s*\ndemo\s+node-a\s+1\s*\n`, out)
 	require.Empty(t, dryRun().Epochs)
 	epochs, err := testClient.Get(ctx, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
@@ -491,9 +495,9 @@ func TestDemoServe(t *testing.T) {
 	require.Len(t, l.Items, 7)
 	out, _, code = cli(t, nil, "--endpoints", endpoint, "--namespace", "/served/", "owners", "-o", "json")
 	require.Equal(t, 0, code)
-	var owners []ownerView
+	var owners itemsView[ownerView]
 	require.NoError(t, json.Unmarshal([]byte(out), &owners))
-	require.Len(t, owners, 2, "the owner leases stay live while serving")
+	require.Len(t, owners.Items, 2, "the owner leases stay live while serving")
 	cancel()
 	require.Equal(t, 0, <-done)
 }
@@ -561,9 +565,16 @@ func TestDemoReusedDataDir(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "already holds rows")
 	// the rows survived the restart; the owner leases did not
-	listOf := func(out string) string { return out[:strings.Index(out, "$ authorityctl owners")] }
-	require.Equal(t, listOf(first), listOf(second))
-	require.Contains(t, second, "$ authorityctl owners\n[]\n")
+	var one, two demoView
+	require.NoError(t, json.Unmarshal([]byte(first), &one), "demo -o json is one JSON document")
+	require.NoError(t, json.Unmarshal([]byte(second), &two))
+	require.JSONEq(t, string(one.Rows), string(two.Rows))
+	require.Len(t, one.Moved, 2)
+	require.Equal(t, "owner-a/1", one.Moved[0].Before.Owner)
+	require.Equal(t, "owner-b/1", one.Moved[0].After.Owner)
+	require.Equal(t, "demo/node-b@1", one.Moved[0].After.Node)
+	require.Contains(t, one.History, "watch --rev 1")
+	require.JSONEq(t, `{"items":[]}`, string(two.Owners))
 }
 
 func TestHelpDocumentsExitCodes(t *testing.T) {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,7 +44,10 @@ func newDemoCommand(g *globals) *cobra.Command {
 		Long: `Start an embedded etcd (in a temporary directory, or --data-dir), register
 two nodes with owner leases, create User Spots and Instance activations through
 the coordinators and an Actor through the store, relocate two Spots to the
-other node with an aggregate, then print list, owners and capacity.
+other node with an aggregate, then print the move (before → after: owner,
+node, version, capacity), list, owners and capacity, a legend of their terms,
+and the watch --rev 1 command that replays every change. With -o json or
+-o yaml all of it is one document.
 
 With --serve the server keeps running (the owner leases stay live) and its
 endpoint is printed, so that another shell can run
@@ -87,7 +94,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	defer store.Close()
 
 	wctx, cancel := context.WithTimeout(ctx, demoStepBudget)
-	leases, err := populateDemo(wctx, store, progress)
+	leases, moves, err := populateDemo(wctx, store, progress)
 	cancel()
 	defer func() {
 		for _, l := range leases {
@@ -97,53 +104,139 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-
-	show := func(args ...string) error {
-		fmt.Fprintf(g.stdout, "\n$ authorityctl %s\n", joinArgs(args))
-		all := append([]string{"--endpoints", endpoint, "--namespace", g.namespace, "-o", g.output}, args...)
-		root := newRootCommand(g.stdout, g.stderr, nil)
-		root.SetArgs(all)
-		return root.ExecuteContext(ctx)
-	}
-	for _, c := range [][]string{{"list"}, {"owners"}, {"capacity"}} {
-		if err := show(c...); err != nil {
-			return err
-		}
+	if err := showDemo(ctx, g, endpoint, moves, o.serve); err != nil {
+		return err
 	}
 	if !o.serve {
 		return nil
 	}
-	fmt.Fprintf(g.stdout, "\nendpoint: %s\n", endpoint)
-	fmt.Fprintf(g.stdout, "try: authorityctl --endpoints %s list -o json\n", endpoint)
+	if g.output == outputTable || g.output == outputWide {
+		fmt.Fprintf(g.stdout, "\nendpoint: %s\n", endpoint)
+	}
 	progress("serving on %s; Ctrl-C to stop", endpoint)
 	<-ctx.Done()
 	progress("stopping")
 	return nil
 }
 
-func joinArgs(args []string) string {
-	s := ""
-	for i, a := range args {
-		if i > 0 {
-			s += " "
-		}
-		s += a
+// demoView is the demo's JSON/YAML document: what it moved, then what
+// list, owners and capacity print (each as its own -o json document).
+type demoView struct {
+	Endpoint  string          `json:"endpoint"`
+	Namespace string          `json:"namespace"`
+	Moved     []moveView      `json:"moved"`
+	Rows      json.RawMessage `json:"list"`
+	Owners    json.RawMessage `json:"owners"`
+	Capacity  json.RawMessage `json:"capacity"`
+	// History is the command that replays every change the demo made.
+	History string `json:"history"`
+}
+
+// showDemo prints what the demo did: the aggregate move as before → after,
+// then list, owners and capacity as those commands print them (one document
+// in json and yaml), a legend of the terms, and the command that shows the
+// whole history.
+func showDemo(ctx context.Context, g *globals, endpoint string, moves []moveView, serve bool) error {
+	history := fmt.Sprintf("authorityctl --endpoints %s --namespace %s watch --rev 1", endpoint, g.namespace)
+	sub := func(w io.Writer, format string, args ...string) error {
+		all := append([]string{"--endpoints", endpoint, "--namespace", g.namespace, "-o", format}, args...)
+		root := newRootCommand(w, g.stderr, nil)
+		root.SetArgs(all)
+		return root.ExecuteContext(ctx)
 	}
-	return s
+	if g.output == outputJSON || g.output == outputYAML {
+		v := demoView{Endpoint: endpoint, Namespace: g.namespace, Moved: moves, History: history}
+		for _, c := range []struct {
+			dst  *json.RawMessage
+			args []string
+		}{{&v.Rows, []string{"list"}}, {&v.Owners, []string{"owners"}}, {&v.Capacity, []string{"capacity"}}} {
+			var buf bytes.Buffer
+			if err := sub(&buf, outputJSON, c.args...); err != nil {
+				return err
+			}
+			*c.dst = json.RawMessage(bytes.TrimSpace(buf.Bytes()))
+		}
+		return render(g.stdout, g.output, v, nil)
+	}
+	if len(moves) > 0 {
+		fmt.Fprintf(g.stdout, "An aggregate moved %d User Spots from node-a to node-b in one etcd Txn (before → after):\n", len(moves))
+		t := &table{header: []string{"KEY", "OWNER", "NODE", "VERSION", "CAPACITY"}}
+		for _, m := range moves {
+			t.add(m.Key, m.Before.Owner+" → "+m.After.Owner, m.Before.Node+" → "+m.After.Node,
+				m.Before.StoreVersion+" → "+m.After.StoreVersion, m.After.Capacity)
+		}
+		if err := writeTable(g.stdout, t, false); err != nil {
+			return err
+		}
+	}
+	for _, c := range [][]string{{"list"}, {"owners"}, {"capacity"}} {
+		fmt.Fprintf(g.stdout, "\n$ authorityctl %s\n", strings.Join(c, " "))
+		if err := sub(g.stdout, g.output, c...); err != nil {
+			return err
+		}
+	}
+	replay := "Every change above, in order (run it in another shell): "
+	if !serve {
+		replay = "Every change above, in order: run authorityctl demo --serve, then in another shell\n  "
+	}
+	fmt.Fprintf(g.stdout, "\n%s\n%s%s\n", demoLegend, replay, history)
+	return nil
+}
+
+// demoLegend explains the terms of the demo's tables.
+const demoLegend = `Reading the tables:
+  OWNER owner-a/1       owner ID / lease generation (a node's next owner lease gets the next generation)
+  NODE demo/node-b@1    mesh / node RID @ lifecycle generation (grows each time the node restarts);
+                        "authorityctl capacity demo/node-b@1" takes it back
+  VERSION 24            the row's store version: the etcd revision of its last write
+  inbox replayed 0/1    an Instance activation whose recovery inbox (1 message) is not replayed yet
+  capacity              what each node holds per counter: actors, all Spots, and each Spot type`
+
+// moveView is one row an aggregate moved, before and after.
+type moveView struct {
+	Key    string        `json:"key"`
+	Before placementView `json:"before"`
+	After  placementView `json:"after"`
+}
+
+// placementView is where a row is placed: its owner, node and capacity.
+type placementView struct {
+	Owner        string `json:"owner"`
+	Node         string `json:"node"`
+	StoreVersion string `json:"storeVersion"`
+	Capacity     string `json:"capacity"`
+}
+
+func placementOf(s *authority.Snapshot) placementView {
+	a := s.Allocation
+	return placementView{Owner: fmt.Sprintf("%s/%d", s.OwnerID, s.OwnerLeaseGeneration),
+		Node:         fmt.Sprintf("%s/%s@%d", a.Descriptor.MeshName, a.Descriptor.RID, a.DescriptorLifecycleGeneration),
+		StoreVersion: string(s.StoreVersion), Capacity: viewCapacity(a.Capacity).String()}
 }
 
 // populateDemo runs the demo's workload on an empty store; on a store that
 // already holds rows (a reused --data-dir) it does nothing. It returns the
 // owner leases it acquired.
-func populateDemo(ctx context.Context, s *etcdstore.Store, progress func(string, ...any)) ([]*etcdstore.OwnerLease, error) {
+func populateDemo(ctx context.Context, s *etcdstore.Store, progress func(string, ...any)) ([]*etcdstore.OwnerLease, []moveView, error) {
 	existing, err := s.ListAuthorities(ctx, "", "", 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(existing.Items) > 0 {
 		progress("the store already holds rows; showing them as they are")
-		return nil, nil
+		return nil, nil, nil
 	}
+	leases, err := populateDemoRows(ctx, s, progress)
+	if err != nil {
+		return leases, nil, err
+	}
+	progress("relocating room-1 and room-2 from node-a to node-b with an aggregate…")
+	moves, err := demoRelocate(ctx, s, leases[1].Token(), "room-1", "room-2")
+	return leases, moves, err
+}
+
+// populateDemoRows registers the two nodes and creates the demo's rows.
+func populateDemoRows(ctx context.Context, s *etcdstore.Store, progress func(string, ...any)) ([]*etcdstore.OwnerLease, error) {
 	progress("registering node-a and node-b with owner leases…")
 	reg := s.Registry()
 	leaseA, err := reg.Acquire(ctx, demoNodeA, 1, "owner-a", demoOwnerTTL)
@@ -226,10 +319,6 @@ func populateDemo(ctx context.Context, s *etcdstore.Store, progress func(string,
 		return leases, err
 	}
 
-	progress("relocating room-1 and room-2 from node-a to node-b with an aggregate…")
-	if err := demoRelocate(ctx, s, ownerB, "room-1", "room-2"); err != nil {
-		return leases, err
-	}
 	return leases, nil
 }
 
@@ -271,57 +360,71 @@ func demoActor(ctx context.Context, s *etcdstore.Store, owner authority.OwnerTok
 
 // demoRelocate moves User Spots to target's node in one aggregate, rewriting
 // their payloads' owner fields.
-func demoRelocate(ctx context.Context, s *etcdstore.Store, target authority.OwnerToken, ids ...string) error {
+func demoRelocate(ctx context.Context, s *etcdstore.Store, target authority.OwnerToken, ids ...string) ([]moveView, error) {
+	var moves []moveView
 	req := authority.AggregatePrepareRequest{
 		AggregateID: "relocate-node-a", AggregateGeneration: 1, TargetOwner: target,
 		TargetDescriptor: demoNodeB, TargetDescriptorLifecycleGeneration: 1,
 	}
 	digest := sha256.New()
+	var keys []authority.Key
 	for _, id := range ids {
 		key, err := authority.EncodeKey(authority.ObjectUserSpot, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r, err := s.ReadAuthority(ctx, key)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if r.Kind != authority.KindSnapshot {
-			return fmt.Errorf("relocate %s: %s", id, r.Kind)
+			return nil, fmt.Errorf("relocate %s: %s", id, r.Kind)
 		}
 		p, err := coordinator.DecodePayload(r.Snapshot.Payload)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.OwnerID, p.OwnerLeaseGeneration = target.OwnerID, target.LeaseGeneration
 		p.OwnerMeshName, p.OwnerNodeRID, p.OwnerNodeGeneration = demoNodeB.MeshName, demoNodeB.RID, 1
 		payload, err := coordinator.EncodeUserSpotPayload(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if req.Capacity, err = authority.AddCapacity(req.Capacity, r.Snapshot.Allocation.Capacity); err != nil {
-			return err
+			return nil, err
 		}
 		req.Participants = append(req.Participants, authority.AggregateParticipant{
 			AuthorityKey: key, ExpectedStoreVersion: r.Snapshot.StoreVersion,
 			OwnerTransition: authority.TransitionNewOwner, AuthorityPayload: payload,
 		})
 		digest.Write([]byte(key))
+		keys = append(keys, key)
+		moves = append(moves, moveView{Key: string(key), Before: placementOf(r.Snapshot)})
 	}
 	req.InventoryDigest = digest.Sum(nil)
 	prep, err := s.PrepareAggregate(ctx, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if prep.Kind != authority.KindPrepared {
-		return fmt.Errorf("prepare aggregate: %s", prep.Kind)
+		return nil, fmt.Errorf("prepare aggregate: %s", prep.Kind)
 	}
 	com, err := s.CommitAggregate(ctx, prep.Fence)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if com.Kind != authority.KindCommitted {
-		return errors.New("commit aggregate: " + string(com.Kind))
+		return nil, errors.New("commit aggregate: " + string(com.Kind))
 	}
-	return nil
+	for i, key := range keys {
+		r, err := s.ReadAuthority(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if r.Kind != authority.KindSnapshot {
+			return nil, fmt.Errorf("relocated %s: %s", key, r.Kind)
+		}
+		moves[i].After = placementOf(r.Snapshot)
+	}
+	return moves, nil
 }

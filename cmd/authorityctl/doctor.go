@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,61 +59,141 @@ func (d *doctorView) add(check, status, format string, args ...any) {
 	d.Checks = append(d.Checks, checkView{Check: check, Status: status, Detail: fmt.Sprintf(format, args...)})
 }
 
+// Doctor limit profiles: what --max-txn-ops and --max-request-bytes default
+// to.
+var doctorProfiles = map[string]struct{ maxTxnOps, maxRequestBytes int }{
+	"production":    {etcdstore.RecommendedMaxTxnOps, etcdstore.RecommendedMaxRequestBytes},
+	"etcd-defaults": {etcdstore.DefaultMaxTxnOps, etcdstore.DefaultMaxRequestBytes},
+}
+
 func newDoctorCommand(g *globals) *cobra.Command {
 	var maxTxnOps, maxRequestBytes int
 	var noProbe bool
+	var profile string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the etcd cluster against what the authority store needs",
 		Long: `Check cluster health and version per endpoint, the leader, DB size against
-the quota, alarms, whether compaction runs, and whether the server accepts the
+the quota, alarms, whether compaction runs, whether the server accepts the
 Txn size (--max-txn-ops) and request size (--max-request-bytes) the provider is
 configured with, and whether every node's capacity epoch is at least as new
 as its capacity entries (an entry newer than its node's epoch was written by a
-build that does not put epochs). The limit probes write scratch keys under the namespace
-("<namespace>doctor-probe/") and delete them; --no-probe skips them.
+build that does not put epochs). It prints the lease-checkpoint flags in the
+spelling of the etcd version each member reports.
+
+The limits checked are those of --profile: production (the default: 1024 ops,
+4 MiB, what the README asks of production clusters) or etcd-defaults (128 ops,
+1.5 MiB); --max-txn-ops and --max-request-bytes override them. The probes are
+Txns whose compare never holds: the server checks their size and operation
+count before it evaluates the compare, so they write no key and no revision
+(each passes through the raft log like any Txn). --no-probe skips them.
 Exits 1 when a check fails.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			c, statuses, err := g.dial(ctx)
-			if err != nil {
+			p, ok := doctorProfiles[profile]
+			if !ok {
+				return usageError(fmt.Errorf("unknown --profile %q: accepted production, etcd-defaults", profile))
+			}
+			if !cmd.Flags().Changed("max-txn-ops") {
+				maxTxnOps = p.maxTxnOps
+			}
+			if !cmd.Flags().Changed("max-request-bytes") {
+				maxRequestBytes = p.maxRequestBytes
+			}
+			if err := intRange("--max-txn-ops", int64(maxTxnOps), minProbeTxnOps, maxProbeTxnOps); err != nil {
 				return err
 			}
-			defer c.Close()
-			d := &doctorView{Endpoints: []memberView{}, Checks: []checkView{}}
-			doctorMembers(ctx, c, statuses, d)
-			doctorCluster(ctx, c, g.namespace, d)
-			doctorCapacityEpochs(ctx, c, g.namespace, d)
-			if noProbe {
-				d.add("limits", checkInfo, "probes skipped (--no-probe)")
-			} else {
-				doctorLimits(ctx, c, g.namespace, maxTxnOps, maxRequestBytes, d)
-			}
-			d.add("lease checkpointing", checkInfo, "not detectable through the client API; run members with "+
-				"--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true so leader changes do not extend owner leases")
-			t := &table{header: []string{"CHECK", "STATUS", "DETAIL"}}
-			failed := 0
-			for _, ch := range d.Checks {
-				t.add(ch.Check, ch.Status, ch.Detail)
-				if ch.Status == checkFail {
-					failed++
-				}
-			}
-			if err := render(g.stdout, g.output, d, t); err != nil {
+			if err := intRange("--max-request-bytes", int64(maxRequestBytes), minProbeRequestBytes, maxProbeRequestBytes); err != nil {
 				return err
 			}
-			if failed > 0 {
-				return fmt.Errorf("doctor: %d check(s) failed", failed)
-			}
-			return nil
+			g.sendLimit = maxRequestBytes + 1024*1024
+			return runDoctor(cmd.Context(), g, maxTxnOps, maxRequestBytes, noProbe)
 		},
 	}
-	cmd.Flags().IntVar(&maxTxnOps, "max-txn-ops", etcdstore.DefaultMaxTxnOps, "the provider's MaxTxnOps to verify")
-	cmd.Flags().IntVar(&maxRequestBytes, "max-request-bytes", etcdstore.DefaultMaxRequestBytes, "the provider's MaxRequestBytes to verify")
-	cmd.Flags().BoolVar(&noProbe, "no-probe", false, "skip the write probes of the limits")
+	cmd.Flags().StringVar(&profile, "profile", "production", "limits to check: production (1024 ops, 4 MiB) or etcd-defaults (128 ops, 1.5 MiB)")
+	cmd.Flags().IntVar(&maxTxnOps, "max-txn-ops", etcdstore.RecommendedMaxTxnOps,
+		fmt.Sprintf("the provider's MaxTxnOps to verify (%d..%d; default: that of --profile)", minProbeTxnOps, maxProbeTxnOps))
+	cmd.Flags().IntVar(&maxRequestBytes, "max-request-bytes", etcdstore.RecommendedMaxRequestBytes,
+		fmt.Sprintf("the provider's MaxRequestBytes to verify (%d..%d; default: that of --profile)", minProbeRequestBytes, maxProbeRequestBytes))
+	cmd.Flags().BoolVar(&noProbe, "no-probe", false, "skip the probes of the limits")
 	return cmd
+}
+
+func runDoctor(ctx context.Context, g *globals, maxTxnOps, maxRequestBytes int, noProbe bool) error {
+	ctx, cancel := g.commandContext(ctx)
+	defer cancel()
+	c, statuses, err := g.dial(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	d := &doctorView{Endpoints: []memberView{}, Checks: []checkView{}}
+	doctorMembers(ctx, c, statuses, d)
+	doctorCluster(ctx, c, g.namespace, d)
+	doctorCapacityEpochs(ctx, c, g.namespace, d)
+	if noProbe {
+		d.add("limits", checkInfo, "probes skipped (--no-probe)")
+	} else {
+		doctorLimits(ctx, c, g.namespace, maxTxnOps, maxRequestBytes, d)
+	}
+	doctorLeaseCheckpoint(d)
+	failed := 0
+	for _, ch := range d.Checks {
+		if ch.Status == checkFail {
+			failed++
+		}
+	}
+	if err := render(g.stdout, g.output, d, doctorTable(d, g.output == outputWide)); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("doctor: %d check(s) failed", failed)
+	}
+	return nil
+}
+
+// doctorTable is the checks table; -o wide prints each endpoint's member,
+// version, leader, raft index and DB sizes before it.
+func doctorTable(d *doctorView, wide bool) *table {
+	t := &table{header: []string{"CHECK", "STATUS", "DETAIL"}}
+	if wide {
+		ep := &table{header: []string{"ENDPOINT", "MEMBER", "VERSION", "LEADER", "RAFT-INDEX", "DB-SIZE", "IN-USE", "QUOTA", "ERROR"}}
+		for _, m := range d.Endpoints {
+			ep.add(m.Endpoint, orDash(m.MemberID), orDash(m.Version), orDash(m.Leader), strconv.FormatUint(m.RaftIndex, 10),
+				bytesText(m.DBSize), bytesText(m.DBSizeInUse), bytesText(m.DBSizeQuota), orDash(m.Error))
+		}
+		t.before = ep
+	}
+	for _, ch := range d.Checks {
+		t.add(ch.Check, ch.Status, ch.Detail)
+	}
+	return t
+}
+
+// doctorLeaseCheckpoint gives the lease-checkpoint flags for each etcd
+// version the members report (a flag a server does not know stops it).
+func doctorLeaseCheckpoint(d *doctorView) {
+	var versions []string
+	for _, m := range d.Endpoints {
+		if m.Version != "" && !slices.Contains(versions, m.Version) {
+			versions = append(versions, m.Version)
+		}
+	}
+	if len(versions) == 0 {
+		versions = []string{""}
+	}
+	for _, v := range versions {
+		var args []string
+		for _, r := range etcdstore.LeaseCheckpointRequirements(v) {
+			args = append(args, r.Arg())
+		}
+		name := "etcd " + v
+		if v == "" {
+			name = "etcd 3.6+"
+		}
+		d.add("lease checkpointing", checkInfo, "not detectable through the client API; run %s members with %s "+
+			"so leader changes do not extend owner leases", name, strings.Join(args, " "))
+	}
 }
 
 func doctorMembers(ctx context.Context, c *clientv3.Client, statuses []endpointStatus, d *doctorView) {
@@ -301,42 +382,71 @@ func doctorCapacityEpochs(ctx context.Context, c *clientv3.Client, ns string, d 
 		len(behind), len(newest), strings.Join(behind, ", "))
 }
 
+// doctorLimits probes the server's --max-txn-ops and --max-request-bytes
+// with Txns whose compare never holds (a key's version below 0): etcd checks
+// the operation count (at its API) and the request size (before proposing)
+// ahead of evaluating compares, so a refused limit is reported while an
+// accepted probe writes nothing.
 func doctorLimits(ctx context.Context, c *clientv3.Client, ns string, maxOps, maxBytes int, d *doctorView) {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	prefix := ns + "doctor-probe/" + hex.EncodeToString(nonce[:]) + "/"
-	defer func() {
-		_, _ = c.Delete(context.WithoutCancel(ctx), prefix, clientv3.WithPrefix())
-	}()
+	never := clientv3.Compare(clientv3.Version(prefix+"never"), "<", 0)
 	ops := make([]clientv3.Op, maxOps)
 	for i := range ops {
 		ops[i] = clientv3.OpPut(prefix+"txn/"+strconv.Itoa(i), "x")
 	}
-	_, err := c.Txn(ctx).Then(ops...).Commit()
+	resp, err := c.Txn(ctx).If(never).Then(ops...).Commit()
 	switch {
+	case err == nil && resp.Succeeded:
+		d.add("max txn ops", checkFail, "a compare that cannot hold succeeded: the server is not etcd-compatible")
 	case err == nil:
 		d.add("max txn ops", checkOK, "the server accepts a Txn of %d operations (provider MaxTxnOps %d: aggregates of up to %d participants leaving one node, %d leaving as many nodes; owner removal in batches of %d rows)",
 			maxOps, maxOps, (maxOps-4)/5, (maxOps-3)/6, maxOps/4)
 	case errors.Is(err, rpctypes.ErrTooManyOps):
-		d.add("max txn ops", checkFail, "the server refuses a Txn of %d operations: raise the server's --max-txn-ops or lower the provider's MaxTxnOps (≥ 8)", maxOps)
+		d.add("max txn ops", checkFail, "the server refuses a Txn of %d operations: its --max-txn-ops is lower; raise it to at least %d or lower the provider's MaxTxnOps (>= 8)", maxOps, maxOps)
 	default:
 		d.add("max txn ops", checkFail, "probe failed: %v", err)
 	}
 	// one Put whose request is just under maxBytes
 	size := maxBytes - len(prefix) - 512
-	if size < 1 {
-		d.add("max request bytes", checkFail, "--max-request-bytes %d is too small to probe", maxBytes)
-		return
-	}
-	_, err = c.Put(ctx, prefix+"request", strings.Repeat("x", size))
+	resp, err = c.Txn(ctx).If(never).Then(clientv3.OpPut(prefix+"request", strings.Repeat("x", size))).Commit()
 	switch {
+	case err == nil && resp.Succeeded:
+		d.add("max request bytes", checkFail, "a compare that cannot hold succeeded: the server is not etcd-compatible")
 	case err == nil:
 		d.add("max request bytes", checkOK, "the server accepts a request of %s (provider MaxRequestBytes %s; payloads are up to 1 MiB)", bytesText(int64(size)), bytesText(int64(maxBytes)))
-	case errors.Is(err, rpctypes.ErrRequestTooLarge):
-		d.add("max request bytes", checkFail, "the server refuses a request of %s: raise the server's --max-request-bytes to at least %d or lower the provider's MaxRequestBytes", bytesText(int64(size)), maxBytes)
 	default:
-		d.add("max request bytes", checkFail, "probe failed: %v", err)
+		d.add("max request bytes", checkFail, "%s", requestSizeFailure(err, size, maxBytes))
 	}
+}
+
+// grpcSizeError matches gRPC's message-size errors: "grpc: received message
+// larger than max (4193806 vs. 2097152)" (the server's receive limit) and
+// "grpc: trying to send message larger than max (…)" (this client's send
+// limit).
+var grpcSizeError = regexp.MustCompile(`(received|trying to send) message larger than max \((\d+) vs\. (\d+)\)`)
+
+// requestSizeFailure says which limit, on which side, refused the request
+// probe of size bytes.
+func requestSizeFailure(err error, size, maxBytes int) string {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return fmt.Sprintf("the server refuses a request of %s: its --max-request-bytes is below the provider's MaxRequestBytes %d; "+
+			"raise the server's --max-request-bytes to at least %d or lower the provider's MaxRequestBytes", bytesText(int64(size)), maxBytes, maxBytes)
+	}
+	m := grpcSizeError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Sprintf("probe failed: %v", err)
+	}
+	got, _ := strconv.ParseInt(m[2], 10, 64)
+	limit, _ := strconv.ParseInt(m[3], 10, 64)
+	if m[1] == "trying to send" {
+		return fmt.Sprintf("this client would not send a request of %s: its send limit (MaxCallSendMsgSize) is %s; "+
+			"the provider's client needs a send limit above MaxRequestBytes %d", bytesText(got), bytesText(limit), maxBytes)
+	}
+	return fmt.Sprintf("the server refuses a request of %s at its gRPC receive limit of %s (its --max-request-bytes + 512 KiB, "+
+		"so --max-request-bytes is about %s): raise the server's --max-request-bytes to at least %d or lower the provider's MaxRequestBytes",
+		bytesText(got), bytesText(limit), bytesText(limit-512*1024), maxBytes)
 }
 
 func bytesText(n int64) string {

@@ -28,7 +28,7 @@ func rangeAll(ctx context.Context, c *clientv3.Client, prefix string, opts ...cl
 func (g *globals) raw(cmd *cobra.Command, f func(ctx context.Context, c *clientv3.Client) error) error {
 	ctx, cancel := g.commandContext(cmd.Context())
 	defer cancel()
-	c, _, err := g.dial(ctx)
+	c, _, err := g.dial(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func newOwnersCommand(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return render(g.stdout, g.output, owners, ownersTable(owners))
+				return render(g.stdout, g.output, itemsView[ownerView]{Items: owners}, ownersTable(owners))
 			})
 		},
 	}
@@ -130,28 +130,71 @@ type capacityUsageView struct {
 func newCapacityCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "capacity [NODE]",
-		Short: "Show active and reserved capacity per node and Spot type (NODE: RID or MESH/RID)",
-		Args:  maxArgs(1),
+		Short: "Show active and reserved capacity per node and Spot type (NODE: RID, MESH/RID or MESH/RID@LIFECYCLE)",
+		Long: `Show the active and reserved capacity of each node lifecycle, per counter
+(actor, spot, and each Spot type). NODE narrows it to one node: RID,
+MESH/RID, or the MESH/RID@LIFECYCLE this command prints (LIFECYCLE is the
+node's lifecycle generation: it grows each time the node restarts).`,
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			filter := ""
+			var filter nodeFilter
 			if len(args) == 1 {
-				filter = args[0]
+				f, err := parseNodeFilter(args[0])
+				if err != nil {
+					return err
+				}
+				filter = f
 			}
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				usage, err := capacityUsage(ctx, c, g.namespace, filter)
 				if err != nil {
 					return err
 				}
-				if filter != "" && len(usage) == 0 {
-					return fmt.Errorf("node %q holds no capacity: %w", filter, errNotFound)
+				if filter.text != "" && len(usage) == 0 {
+					return fmt.Errorf("node %q holds no capacity: %w", filter.text, errNotFound)
 				}
-				return render(g.stdout, g.output, usage, capacityTable(usage))
+				return render(g.stdout, g.output, itemsView[capacityUsageView]{Items: usage}, capacityTable(usage))
 			})
 		},
 	}
 }
 
-func capacityUsage(ctx context.Context, c *clientv3.Client, ns, filter string) ([]capacityUsageView, error) {
+// nodeFilter is capacity's NODE argument: a RID, MESH/RID, or either with
+// @LIFECYCLE.
+type nodeFilter struct {
+	text, mesh, rid string
+	lifecycle       int64 // 0: any
+}
+
+func parseNodeFilter(s string) (nodeFilter, error) {
+	f := nodeFilter{text: s}
+	node, lc, hasLC := strings.Cut(s, "@")
+	if hasLC {
+		n, err := strconv.ParseInt(lc, 10, 64)
+		if err != nil || n < 1 {
+			return f, usageError(fmt.Errorf("NODE %q: the lifecycle after @ must be an integer >= 1", s))
+		}
+		f.lifecycle = n
+	}
+	if mesh, rid, ok := strings.Cut(node, "/"); ok {
+		f.mesh, f.rid = mesh, rid
+	} else {
+		f.rid = node
+	}
+	if f.rid == "" {
+		return f, usageError(fmt.Errorf("NODE %q names no node: want RID, MESH/RID or MESH/RID@LIFECYCLE", s))
+	}
+	return f, nil
+}
+
+func (f nodeFilter) matches(node authority.NodeDescriptor, lifecycle int64) bool {
+	if f.text == "" {
+		return true
+	}
+	return node.RID == f.rid && (f.mesh == "" || node.MeshName == f.mesh) && (f.lifecycle == 0 || lifecycle == f.lifecycle)
+}
+
+func capacityUsage(ctx context.Context, c *clientv3.Client, ns string, filter nodeFilter) ([]capacityUsageView, error) {
 	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacity))
 	if err != nil {
 		return nil, err
@@ -162,7 +205,7 @@ func capacityUsage(ctx context.Context, c *clientv3.Client, ns, filter string) (
 		if err != nil {
 			return nil, err
 		}
-		if filter != "" && filter != k.Node.RID && filter != k.Node.MeshName+"/"+k.Node.RID {
+		if !filter.matches(k.Node, k.Lifecycle) {
 			continue
 		}
 		for _, e := range authority.CapacityEntries(k.Node, k.Lifecycle, k.Capacity.Vector) {
@@ -268,7 +311,7 @@ func newTerminalsCommand(g *globals) *cobra.Command {
 					t.add(v.Operation, v.State, v.ObjectKind, v.ReservationID, until(w.ExpiresAt, now),
 						fmt.Sprintf("%s@%d", v.SourceNodeRID, v.SourceNodeGeneration), fmt.Sprintf("%d bytes", v.EnvelopeSize))
 				}
-				return render(g.stdout, g.output, out, t)
+				return render(g.stdout, g.output, itemsView[terminalView]{Items: out}, t)
 			})
 		},
 	}
@@ -279,12 +322,15 @@ type reservationView struct {
 	ReservationID string `json:"reservationId"`
 	State         string `json:"state"`
 	ExpiresAt     string `json:"expiresAt"`
+	Revision      int64  `json:"revision"`
+
+	expiresAt time.Time
 }
 
 func newReservationsCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "reservations",
-		Short: "List reservation terminals (committed, rejected, failed, aborted reservations)",
+		Short: "List reservation terminals (committed, rejected, failed, aborted reservations), oldest first",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
@@ -294,7 +340,7 @@ func newReservationsCommand(g *globals) *cobra.Command {
 				}
 				now := time.Now()
 				out := []reservationView{}
-				t := &table{header: []string{"RESERVATION", "STATE", "EXPIRES-IN"}}
+				t := &table{header: []string{"RESERVATION", "STATE", "EXPIRES-IN"}, wide: []string{"EXPIRES-AT", "REVISION"}}
 				for _, kv := range kvs {
 					e, err := etcdstore.DecodeEntry(g.namespace, kv)
 					if err != nil {
@@ -304,11 +350,15 @@ func newReservationsCommand(g *globals) *cobra.Command {
 						continue
 					}
 					w := e.Reservation
-					v := reservationView{ReservationID: e.ReservationID, State: w.State, ExpiresAt: rfc3339(w.ExpiresAt)}
-					out = append(out, v)
-					t.add(v.ReservationID, v.State, until(w.ExpiresAt, now))
+					out = append(out, reservationView{ReservationID: e.ReservationID, State: w.State, ExpiresAt: rfc3339(w.ExpiresAt),
+						Revision: kv.ModRevision, expiresAt: w.ExpiresAt})
 				}
-				return render(g.stdout, g.output, out, t)
+				// in the order they finished
+				sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })
+				for _, v := range out {
+					t.add(v.ReservationID, v.State, until(v.expiresAt, now), v.ExpiresAt, strconv.FormatInt(v.Revision, 10))
+				}
+				return render(g.stdout, g.output, itemsView[reservationView]{Items: out}, t)
 			})
 		},
 	}
@@ -381,7 +431,7 @@ func newAggregatesCommand(g *globals) *cobra.Command {
 						fmt.Sprintf("%s/%s@%d", v.TargetMeshName, v.TargetNodeRID, v.TargetLifecycleGeneration),
 						strings.Join(keys, ","), v.Capacity.String(), strconv.FormatInt(v.Revision, 10))
 				}
-				return render(g.stdout, g.output, out, t)
+				return render(g.stdout, g.output, itemsView[aggregateView]{Items: out}, t)
 			})
 		},
 	}

@@ -45,7 +45,8 @@ func (r mainRunner) run() (int, error) {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir})
+	// production limits, as the README asks and doctor checks by default
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir, MaxTxnOps: etcdstore.RecommendedMaxTxnOps, MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes})
 	if err != nil {
 		return 0, err
 	}
@@ -61,7 +62,7 @@ func (r mainRunner) run() (int, error) {
 		return 0, err
 	}
 	defer store.Close()
-	leases, err := populateDemo(ctx, store, func(string, ...any) {})
+	leases, _, err := populateDemo(ctx, store, func(string, ...any) {})
 	defer func() {
 		for _, l := range leases {
 			_ = l.Close(context.Background())

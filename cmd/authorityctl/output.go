@@ -28,6 +28,8 @@ type table struct {
 	header []string
 	wide   []string
 	rows   [][]string
+	// before is a table printed ahead of this one, then a blank line.
+	before *table
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -54,6 +56,12 @@ func render(w io.Writer, format string, v any, t *table) error {
 }
 
 func writeTable(w io.Writer, t *table, wide bool) error {
+	if t.before != nil {
+		if err := writeTable(w, t.before, wide); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	n := len(t.header)
 	header := t.header
@@ -145,4 +153,10 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// itemsView is the JSON/YAML form of every command that lists things:
+// {"items": [...]} (list adds "more").
+type itemsView[T any] struct {
+	Items []T `json:"items"`
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -17,15 +19,13 @@ type epochView struct {
 	Lifecycle int64  `json:"lifecycle"`
 }
 
-// pruneView is what prune-epochs --dry-run would delete.
+// pruneView is what prune-epochs would delete (--dry-run) or deleted
+// (--yes: Pruned is the store's count, Epochs the epochs present before and
+// gone after).
 type pruneView struct {
 	DryRun bool        `json:"dryRun"`
 	Epochs []epochView `json:"epochs"`
-}
-
-// prunedView is what prune-epochs --yes deleted.
-type prunedView struct {
-	Pruned int `json:"pruned"`
+	Pruned *int        `json:"pruned,omitempty"`
 }
 
 func newPruneEpochsCommand(g *globals) *cobra.Command {
@@ -52,13 +52,7 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 			}
 			defer done()
 			if yes {
-				n, err := s.PruneCapacityEpochs(ctx)
-				if err != nil {
-					return fmt.Errorf("pruned %d capacity epochs, then: %w", n, err)
-				}
-				t := &table{header: []string{"PRUNED"}}
-				t.add(strconv.Itoa(n))
-				return render(g.stdout, g.output, prunedView{Pruned: n}, t)
+				return pruneEpochs(ctx, g, s, c)
 			}
 			out := pruneView{DryRun: true, Epochs: []epochView{}}
 			kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), clientv3.WithKeysOnly())
@@ -93,4 +87,48 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 	cmd.Flags().BoolVar(&yes, "yes", false, "really delete the epochs")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only list the epochs that would be deleted")
 	return cmd
+}
+
+// pruneEpochs deletes the prunable epochs and lists the epochs that were
+// there before and are gone after.
+func pruneEpochs(ctx context.Context, g *globals, s *etcdstore.Store, c *clientv3.Client) error {
+	before, err := listEpochs(ctx, g, c)
+	if err != nil {
+		return err
+	}
+	n, err := s.PruneCapacityEpochs(ctx)
+	if err != nil {
+		return fmt.Errorf("pruned %d capacity epochs, then: %w", n, err)
+	}
+	after, err := listEpochs(ctx, g, c)
+	if err != nil {
+		return err
+	}
+	out := pruneView{Epochs: []epochView{}, Pruned: &n}
+	t := &table{header: []string{"MESH", "NODE", "LIFECYCLE"}}
+	for _, e := range before {
+		if !slices.Contains(after, e) {
+			out.Epochs = append(out.Epochs, e)
+			t.add(e.Mesh, e.Node, strconv.FormatInt(e.Lifecycle, 10))
+		}
+	}
+	if g.output == outputTable || g.output == outputWide {
+		fmt.Fprintf(g.stdout, "pruned %d capacity epochs:\n", n)
+	}
+	return render(g.stdout, g.output, out, t)
+}
+
+// listEpochs lists every capacity epoch key (undecodable ones are skipped).
+func listEpochs(ctx context.Context, g *globals, c *clientv3.Client) ([]epochView, error) {
+	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	var out []epochView
+	for _, kv := range kvs {
+		if e, err := etcdstore.DecodeEntry(g.namespace, kv); err == nil {
+			out = append(out, epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle})
+		}
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -12,13 +13,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// removalView is what remove-owner did or would do.
+// removalView is what remove-owner would do (--dry-run: Rows) or did
+// (--yes: Removed, the number of rows deleted).
 type removalView struct {
-	OwnerID         string    `json:"ownerId"`
-	LeaseGeneration int64     `json:"leaseGeneration"`
-	DryRun          bool      `json:"dryRun"`
-	Rows            []rowView `json:"rows"`
-	Removed         int64     `json:"removed"`
+	OwnerID         string     `json:"ownerId"`
+	LeaseGeneration int64      `json:"leaseGeneration"`
+	DryRun          bool       `json:"dryRun"`
+	Rows            *[]rowView `json:"rows,omitempty"`
+	Removed         *int64     `json:"removed,omitempty"`
 }
 
 func newRemoveOwnerCommand(g *globals) *cobra.Command {
@@ -33,8 +35,11 @@ write: it needs --yes; --dry-run lists the rows it would remove. An owner whose
 lease is still live is refused unless --force is given.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if gen < 1 {
-				return usageError(errors.New("--lease-generation is required (≥ 1)"))
+			if !cmd.Flags().Changed("lease-generation") {
+				return usageError(errors.New("--lease-generation is required (1..9223372036854775807)"))
+			}
+			if err := intRange("--lease-generation", gen, 1, math.MaxInt64); err != nil {
+				return err
 			}
 			if yes == dryRun {
 				return usageError(errors.New("remove-owner writes: pass exactly one of --yes or --dry-run"))
@@ -57,13 +62,13 @@ lease is still live is refused unless --force is given.`,
 			if lr.Count > 0 && !force && !dryRun {
 				return fmt.Errorf("owner %s lease generation %d is still live; refusing without --force", owner.OwnerID, gen)
 			}
-			out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun, Rows: []rowView{}}
+			out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun}
 			if dryRun {
 				rows, err := ownerRows(ctx, g, c, s.ReadAuthority, owner)
 				if err != nil {
 					return err
 				}
-				out.Rows = rows
+				out.Rows = &rows
 				t := rowTable()
 				for _, r := range rows {
 					t.addRow(r)
@@ -77,7 +82,7 @@ lease is still live is refused unless --force is given.`,
 				return render(g.stdout, g.output, out, t)
 			}
 			n, err := s.RemoveAllByOwner(ctx, owner)
-			out.Removed = n
+			out.Removed = &n
 			if err != nil {
 				return fmt.Errorf("removed %d rows, then: %w", n, err)
 			}

@@ -31,6 +31,11 @@ type globals struct {
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 	output         string
+	// sendLimit is the client's send limit the command needs (doctor's
+	// request-size probe); at least 4 MiB.
+	sendLimit int
+	// cmdCtx is the context commandContext made (nil before).
+	cmdCtx context.Context
 
 	stdout, stderr io.Writer
 	env            func(string) string
@@ -54,9 +59,16 @@ Exit codes:
 // newRootCommand builds the command tree writing to stdout and stderr and
 // reading environment variables through env.
 func newRootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
+	root, _ := newRoot(stdout, stderr, env)
+	return root
+}
+
+// newRoot builds the command tree and returns it with its globals.
+func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr, env: env}
 	root := &cobra.Command{
 		Use:           "authorityctl",
+		Version:       versionText(),
 		Short:         "Inspect and operate the etcd-backed authority store",
 		Long:          rootLong,
 		SilenceUsage:  true,
@@ -71,6 +83,7 @@ func newRootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Co
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
@@ -89,11 +102,12 @@ func newRootCommand(stdout, stderr io.Writer, env func(string) string) *cobra.Co
 		newOwnersCommand(g), newCapacityCommand(g),
 		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
 		newDoctorCommand(g), newRemoveOwnerCommand(g), newPruneEpochsCommand(g), newDemoCommand(g),
+		newBlobsCommand(g),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	}
-	return root
+	return root, g
 }
 
 // prepare applies the AUTHORITYCTL_* variables to the global flags not set on
@@ -129,8 +143,11 @@ func (g *globals) prepare(cmd *cobra.Command) error {
 	if len(g.endpoints) == 0 {
 		return usageError(errors.New("--endpoints is empty"))
 	}
-	if g.dialTimeout <= 0 || g.commandTimeout <= 0 {
-		return usageError(errors.New("--dial-timeout and --command-timeout must be positive"))
+	if err := durationRange("--dial-timeout", g.dialTimeout, minTimeout, maxDialTimeout); err != nil {
+		return err
+	}
+	if err := durationRange("--command-timeout", g.commandTimeout, minTimeout, maxCommandTimeout); err != nil {
+		return err
 	}
 	if (g.cert == "") != (g.key == "") {
 		return usageError(errors.New("--cert and --key must be given together"))
@@ -138,9 +155,19 @@ func (g *globals) prepare(cmd *cobra.Command) error {
 	return nil
 }
 
+// errCommandTimeout is the cause of a command context that ran out.
+var errCommandTimeout = errors.New("--command-timeout ran out")
+
 // commandContext bounds a short-running command by --command-timeout.
 func (g *globals) commandContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, g.commandTimeout)
+	cctx, cancel := context.WithTimeoutCause(ctx, g.commandTimeout, errCommandTimeout)
+	g.cmdCtx = cctx
+	return cctx, cancel
+}
+
+// timedOut reports whether the command's --command-timeout ran out.
+func (g *globals) timedOut() bool {
+	return g.cmdCtx != nil && errors.Is(context.Cause(g.cmdCtx), errCommandTimeout)
 }
 
 // exactArgs is cobra.ExactArgs reporting a usage error.
@@ -164,9 +191,9 @@ func maxArgs(n int) cobra.PositionalArgs {
 }
 
 // run executes the command line args and returns the exit code, printing
-// errors (and, for usage errors, the command's usage) to stderr.
+// errors (and, for usage errors, a short usage line) to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
-	root := newRootCommand(stdout, stderr, env)
+	root, g := newRoot(stdout, stderr, env)
 	if args == nil {
 		args = []string{} // cobra would read os.Args
 	}
@@ -179,9 +206,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		err = usageError(err)
 	}
 	code := exitCode(err)
+	switch {
+	case code == exitUsage:
+	case ctx.Err() != nil:
+		err = fmt.Errorf("stopped by a signal before finishing (%v)", err)
+	case g.timedOut() && !strings.Contains(err.Error(), "--command-timeout"):
+		err = fmt.Errorf("%w (--command-timeout %s ran out; raise it)", err, g.commandTimeout)
+	}
 	fmt.Fprintf(stderr, "Error: %v\n", err)
 	if code == exitUsage && cmd != nil {
-		fmt.Fprintf(stderr, "\n%s", cmd.UsageString())
+		if cmd.HasParent() {
+			fmt.Fprintf(stderr, "Usage: %s\nRun '%s --help' for its flags.\n", cmd.UseLine(), cmd.CommandPath())
+		} else {
+			fmt.Fprintf(stderr, "Usage: authorityctl [global flags] COMMAND\nRun 'authorityctl --help' for the commands.\n")
+		}
 	}
 	return code
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -56,8 +58,8 @@ func newGetCommand(g *globals) *cobra.Command {
 // listView is the JSON/YAML form of list.
 type listView struct {
 	Items []rowView `json:"items"`
-	// Continue is set when --all was not given and more rows follow.
-	More bool `json:"more,omitempty"`
+	// More is true when --all was not given and more rows follow.
+	More bool `json:"more"`
 }
 
 func newListCommand(g *globals) *cobra.Command {
@@ -71,7 +73,7 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := authority.ValidateScanLimit(limit); err != nil {
-				return usageError(fmt.Errorf("--limit must be 1..%d", authority.MaxScanLimit))
+				return intRange("--limit", int64(limit), 1, authority.MaxScanLimit)
 			}
 			prefix := ""
 			if len(args) == 1 {
@@ -113,7 +115,7 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			return render(g.stdout, g.output, out, t)
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", 500, "rows per page (1..1000)")
+	cmd.Flags().IntVar(&limit, "limit", 500, fmt.Sprintf("rows per page (1..%d)", authority.MaxScanLimit))
 	cmd.Flags().BoolVar(&all, "all", false, "page through every row")
 	return cmd
 }
@@ -138,12 +140,18 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 --count changes.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := intRange("--rev", rev, 0, math.MaxInt64); err != nil {
+				return err
+			}
+			if err := intRange("--count", int64(count), 0, maxWatchCount); err != nil {
+				return err
+			}
 			prefix := etcdstore.Prefix(g.namespace, etcdstore.EntryRow)
 			if len(args) == 1 {
 				prefix += args[0]
 			}
 			ctx := cmd.Context()
-			c, _, err := g.dial(ctx)
+			c, _, err := g.dial(ctx, false)
 			if err != nil {
 				return err
 			}
@@ -159,7 +167,13 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 			}
 			seen := 0
 			for wr := range c.Watch(clientv3.WithRequireLeader(wctx), prefix, opts...) {
+				if ctx.Err() != nil {
+					return nil // the user stopped it
+				}
 				if err := wr.Err(); err != nil {
+					if errors.Is(err, rpctypes.ErrCompacted) {
+						return fmt.Errorf("watch: --rev %d is compacted (the oldest revision etcd still holds is %d): %w", rev, wr.CompactRevision, err)
+					}
 					return fmt.Errorf("watch: %w", err)
 				}
 				for _, ev := range wr.Events {
@@ -180,11 +194,14 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 					}
 				}
 			}
-			return ctx.Err()
+			if ctx.Err() != nil {
+				return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
+			}
+			return errors.New("watch: the watch ended without an error (the client closed)")
 		},
 	}
-	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now)")
-	cmd.Flags().IntVar(&count, "count", 0, "stop after this many changes (0: never)")
+	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now; 1: the whole history etcd still holds)")
+	cmd.Flags().IntVar(&count, "count", 0, fmt.Sprintf("stop after this many changes (0: never; up to %d)", maxWatchCount))
 	return cmd
 }
 

@@ -112,7 +112,7 @@ func (p payloadView) String() string {
 	if p.Codec == "coordinator" {
 		s := p.State
 		if p.Recovery != nil {
-			s += fmt.Sprintf(" (recovery %d/%d)", p.Recovery.ReplayCursor, p.Recovery.InboxSequence)
+			s += fmt.Sprintf(", inbox replayed %d/%d", p.Recovery.ReplayCursor, p.Recovery.InboxSequence)
 		}
 		return s
 	}

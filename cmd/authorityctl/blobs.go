@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// blobView is a relocation blob (its content is not printed).
+type blobView struct {
+	Reference string `json:"reference"`
+	Size      int    `json:"size"`
+	SHA256    string `json:"sha256"`
+	ExpiresAt string `json:"expiresAt"`
+	Revision  int64  `json:"revision"`
+}
+
+func newBlobsCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "blobs",
+		Short: "List unexpired relocation blobs (activation recovery data) with their size and digest",
+		Long: `List the relocation blobs the store serves: the recovery data an Instance
+activation hands to its next node (a row's activationRecovery names its
+reference and digest). Expired blobs awaiting their lease are left out; the
+content itself is not printed.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
+				blobs, err := listBlobs(ctx, c, g.namespace)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				t := &table{header: []string{"REFERENCE", "SIZE", "EXPIRES-IN"}, wide: []string{"SHA256", "REVISION"}}
+				for _, b := range blobs {
+					at, _ := time.Parse(time.RFC3339, b.ExpiresAt)
+					t.add(b.Reference, strconv.Itoa(b.Size), until(at, now), b.SHA256, strconv.FormatInt(b.Revision, 10))
+				}
+				return render(g.stdout, g.output, itemsView[blobView]{Items: blobs}, t)
+			})
+		},
+	}
+}
+
+func listBlobs(ctx context.Context, c *clientv3.Client, ns string) ([]blobView, error) {
+	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryBlob))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := []blobView{}
+	for _, kv := range kvs {
+		e, err := etcdstore.DecodeEntry(ns, kv)
+		if err != nil {
+			return nil, err
+		}
+		if e.Blob == nil || e.Expired(now) {
+			continue
+		}
+		sum := sha256.Sum256(e.Blob.Data)
+		out = append(out, blobView{Reference: string(e.BlobReference), Size: len(e.Blob.Data), SHA256: hex.EncodeToString(sum[:]),
+			ExpiresAt: rfc3339(e.Blob.ExpiresAt), Revision: kv.ModRevision})
+	}
+	return out, nil
+}
