@@ -177,6 +177,13 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 		commit.bytes += size + 4*(len(s.keys.ns)+len(p.AuthorityKey)+200)
 		prepare.bytes += size + len(p.MembershipMutation)
 	}
+	// both Txns put the aggregate record, which repeats every payload and
+	// membership mutation: its size comes from the record's own encoder
+	fence := authority.Fence{AggregateID: req.AggregateID, AggregateGeneration: req.AggregateGeneration}
+	finished := &aggregateRecord{State: aggregateCommitted, Request: *req, ExpiresAt: s.clock.Now().Add(s.retention)}
+	record := len(s.keys.aggregate(fence)) + len(finished.encode()) + opOverhead
+	commit.bytes += record
+	prepare.bytes += record
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
 	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)

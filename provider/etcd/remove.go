@@ -2,9 +2,11 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -42,14 +44,14 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
 			gets[i] = opGet(s.keys.row(keys[i]))
 		}
-		rows, err := s.read(ctx, gets...)
+		rows, err := s.readInParts(ctx, gets)
 		if err != nil {
 			return removed, err
 		}
 		t := &txn{}
 		n := int64(0)
 		for i, key := range keys {
-			r, err := s.rowFrom(rows, i, key)
+			r, err := s.decodeRow(key, rows[i])
 			if err != nil {
 				return removed, err
 			}
@@ -83,4 +85,33 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 		}
 	}
 	return removed, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+}
+
+// readInParts reads the single-key gets and returns each one's key-value
+// (nil: absent): in one Txn, or, when the rows add up to more than the
+// client's receive limit, in halves, down to one row a read (only a single
+// row over the limit is ErrLimitExceeded). The parts need not share a
+// revision: every row read is then fenced by its own ModRevision.
+func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) ([]*mvccpbKV, error) {
+	resp, err := s.read(ctx, gets...)
+	if err == nil {
+		kvs := make([]*mvccpbKV, len(gets))
+		for i := range gets {
+			kvs[i] = firstKv(resp, i)
+		}
+		return kvs, nil
+	}
+	if len(gets) == 1 || !errors.Is(err, authority.ErrLimitExceeded) || !etcdpage.TooLarge(err) {
+		return nil, err
+	}
+	half := len(gets) / 2
+	first, err := s.readInParts(ctx, gets[:half])
+	if err != nil {
+		return nil, err
+	}
+	rest, err := s.readInParts(ctx, gets[half:])
+	if err != nil {
+		return nil, err
+	}
+	return append(first, rest...), nil
 }
