@@ -395,8 +395,16 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 		return authority.CommitAggregateResult{}, err
 	}
 	if !tresp.Succeeded {
-		if rec, _, err := s.seenAggregate(aggKey, firstKv(tresp, 0)); err == nil && rec != nil && rec.State == aggregateCommitted {
+		// the record now in etcd decides, not the one this store remembered
+		// (another store may have aborted it and prepared the fence anew)
+		fresh, freshRev, err := s.seenAggregate(aggKey, firstKv(tresp, 0))
+		switch {
+		case err != nil:
+			return authority.CommitAggregateResult{}, err
+		case fresh != nil && fresh.State == aggregateCommitted:
 			return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
+		case known && fresh != nil && freshRev != rev:
+			return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
 		}
 		return stale, nil
 	}
@@ -419,10 +427,19 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	if err := s.begin(ctx); err != nil {
 		return authority.AbortAggregateResult{}, err
 	}
+	rec, rev, known, err := s.loadAggregate(ctx, fence)
+	if err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	return s.abortAggregate(ctx, fence, rec, rev, known)
+}
+
+// abortAggregate aborts the record rec at rev (nil: none); known says it is
+// the store's memory of the record rather than a read.
+func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *aggregateRecord, rev int64, known bool) (authority.AbortAggregateResult, error) {
 	stale := authority.AbortAggregateResult{Kind: authority.KindStale}
-	rec, rev, _, err := s.loadAggregate(ctx, fence)
-	if err != nil || rec == nil {
-		return stale, err
+	if rec == nil {
+		return stale, nil
 	}
 	switch rec.State {
 	case aggregateAborted:
@@ -447,8 +464,15 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 		s.aggs.put(aggKey, knownAggregate{aborted, resp.Header.Revision}, true)
 		return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
 	}
-	if cur, _, err := s.seenAggregate(aggKey, firstKv(resp, 0)); err == nil && cur != nil && cur.State == aggregateAborted {
+	cur, curRev, err := s.seenAggregate(aggKey, firstKv(resp, 0))
+	switch {
+	case err != nil:
+		return authority.AbortAggregateResult{}, err
+	case cur != nil && cur.State == aggregateAborted:
 		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
+	case known && cur != nil && curRev != rev:
+		// the record now in etcd decides, not the remembered one
+		return s.abortAggregate(ctx, fence, cur, curRev, false)
 	}
 	return stale, nil
 }

@@ -210,3 +210,29 @@ func TestPrepareLosingToTheSameRequestIsAlreadyPrepared(t *testing.T) {
 	require.Equal(t, authority.KindAlreadyPrepared, res.Kind)
 	require.Equal(t, other.Fence, res.Fence)
 }
+
+// A store that remembers an aggregate as prepared, after another store
+// aborted it and (past the retention) prepared the same request again,
+// answers from the record now in etcd: its commit commits, its abort aborts
+// (it used to answer stale, leaving the capacity held).
+func TestRememberedPreparedAggregatePreparedAgainElsewhere(t *testing.T) {
+	for _, op := range []string{"commit", "abort"} {
+		t.Run(op, func(t *testing.T) {
+			p := newAggregatePair(t)
+			fence := p.fx.MustPrepare(p.req) // store 1 remembers it prepared
+			require.Equal(t, authority.KindAborted, p.abort(t, p.s2, fence))
+			p.clock.Advance(etcdstore.DefaultReservationRetention + time.Minute)
+			res, err := p.s2.PrepareAggregate(context.Background(), p.req)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindPrepared, res.Kind)
+			if op == "commit" {
+				require.Equal(t, authority.KindCommitted, p.commit(t, p.s1, fence))
+				require.Equal(t, authority.KindAlreadyCommitted, p.commit(t, p.s1, fence))
+				require.Equal(t, []byte("a1-moved"), p.fx.MustRow(p.a1).Payload)
+			} else {
+				require.Equal(t, authority.KindAborted, p.abort(t, p.s1, fence))
+				require.Equal(t, authority.KindAlreadyAborted, p.abort(t, p.s1, fence))
+			}
+		})
+	}
+}
