@@ -2,9 +2,11 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,15 +39,16 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	fullRange := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		policy := s.capacityPolicy()
-		reads := []clientv3.Op{opGet(aggKey), opGet(liveKey)}
-		for _, p := range req.Participants {
-			reads = append(reads, opGet(s.keys.row(p.AuthorityKey)))
+		gets := make([]clientv3.Op, len(req.Participants))
+		for i, p := range req.Participants {
+			gets[i] = opGet(s.keys.row(p.AuthorityKey))
 		}
+		reads := []clientv3.Op{opGet(aggKey), opGet(liveKey)}
 		var ur usageRead
 		if policy != nil {
 			reads, ur = s.addUsageReads(reads, target.Descriptor, target.DescriptorLifecycleGeneration, fullRange)
 		}
-		resp, err := s.read(ctx, reads...)
+		resp, rowKvs, err := s.readWithRows(ctx, reads, gets)
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
 		}
@@ -91,7 +94,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		liveSeen := map[string]bool{}
 		left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
 		for i, p := range req.Participants {
-			r, err := s.rowFrom(resp, 2+i, p.AuthorityKey)
+			r, err := s.decodeRow(p.AuthorityKey, rowKvs[i])
 			if err != nil {
 				return authority.PrepareAggregateResult{}, err
 			}
@@ -162,6 +165,30 @@ func recordRev(kv *mvccpbKV) int64 {
 		return 0
 	}
 	return kv.ModRevision
+}
+
+// readWithRows reads reads and the single-row gets in one Txn, the rows'
+// key-values returned apart (nil: absent); when the rows together pass the
+// client's receive limit it reads them apart, in parts (readInParts: each
+// row is then fenced on its own ModRevision, so they need not share the
+// revision of reads).
+func (s *Store) readWithRows(ctx context.Context, reads, gets []clientv3.Op) (*clientv3.TxnResponse, []*mvccpbKV, error) {
+	resp, err := s.read(ctx, append(slices.Clip(reads), gets...)...)
+	if err == nil {
+		kvs := make([]*mvccpbKV, len(gets))
+		for i := range gets {
+			kvs[i] = firstKv(resp, len(reads)+i)
+		}
+		return resp, kvs, nil
+	}
+	if !etcdpage.TooLarge(err) {
+		return nil, nil, err
+	}
+	if resp, err = s.read(ctx, reads...); err != nil {
+		return nil, nil, err
+	}
+	kvs, err := s.readInParts(ctx, gets)
+	return resp, kvs, err
 }
 
 // checkAggregateFits refuses an aggregate whose prepare or commit Txn
