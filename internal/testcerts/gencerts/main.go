@@ -7,13 +7,22 @@
 // It writes DIR/ci-ca.pem (the CA), DIR/ci-server.pem and -key.pem (server
 // and peer certificate for 127.0.0.1, ::1 and localhost) and, for every
 // CLIENT-NAME, DIR/ci-<name>.pem and -key.pem (a client certificate with that
-// common name). Every key is generated anew; the certificates are valid for a
-// day.
+// common name), and DIR/ci-jwt-key.pem and ci-jwt-pub.pem (an ES256 key pair
+// for etcd's --auth-token jwt: simple tokens are valid only on the member
+// that issued them, so a client balanced over a cluster's members meets
+// "invalid auth token"). Every key is generated anew; the certificates are
+// valid for a day.
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/zlink-systems/authority/internal/testcerts"
 )
@@ -51,6 +60,33 @@ func run(dir string, clients []string) error {
 			return err
 		}
 		fmt.Println(p.CertFile)
+	}
+	return writeJWTKeys(dir)
+}
+
+// writeJWTKeys writes the ES256 key pair etcd signs its auth tokens with.
+func writeJWTKeys(dir string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	priv, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	for name, block := range map[string]*pem.Block{
+		"ci-jwt-key.pem": {Type: "PRIVATE KEY", Bytes: priv},
+		"ci-jwt-pub.pem": {Type: "PUBLIC KEY", Bytes: pub},
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			return err
+		}
+		fmt.Println(path)
 	}
 	return nil
 }
