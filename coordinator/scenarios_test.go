@@ -370,7 +370,7 @@ func testDeadlineExceeded(t *testing.T, f Factory) {
 		return coordinator.Materialized{}, ctx.Err()
 	}}
 	req := request("spot-1")
-	req.Timeout = 20 * time.Millisecond
+	req.Timeout = 300 * time.Millisecond // long enough for the reservation to land on a real server with fsync
 	_, err := c.GetOrCreate(e.ctx, req, a.materialize, a.discard)
 	ce := requireKind(t, err, coordinator.KindDeadlineExceeded)
 	require.True(t, ce.Retryable)
