@@ -28,7 +28,7 @@ func TestCompactionDuringListingsAndWaits(t *testing.T) {
 	srv, err := embedded.Start(ctx, embedded.Config{ClientAddr: freeAddr(t), AutoCompactionRetention: "0"})
 	require.NoError(t, err)
 	defer srv.Close()
-	s, fx := restoreStore(t, srv.Endpoint(), "/compaction/")
+	s, fx := embeddedStore(t, srv.Endpoint(), "/compaction/")
 	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	defer raw.Close()
@@ -44,14 +44,7 @@ func TestCompactionDuringListingsAndWaits(t *testing.T) {
 		fx.Active(authority.ObjectUserSpot, id, target)
 		busyKeys[i] = fx.Key(authority.ObjectUserSpot, id)
 	}
-	compact := func() {
-		status, err := raw.Status(ctx, srv.Endpoint())
-		require.NoError(t, err)
-		_, err = raw.Compact(ctx, status.Header.Revision)
-		require.NoError(t, err)
-		_, err = raw.Defragment(ctx, srv.Endpoint())
-		require.NoError(t, err)
-	}
+	compact := func() { compactDefrag(ctx, t, raw, srv.Endpoint()) }
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

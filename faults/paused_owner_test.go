@@ -131,7 +131,7 @@ func pausedOwnerTrial(t *testing.T, ctx context.Context, endpoint, ns string) (b
 	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
 	time.Sleep(3 * pausedOwnerTTL)
 	// its lease is gone: another owner takes the node's objects over
-	other, fx := restoreStore(t, endpoint, ns)
+	other, fx := embeddedStore(t, endpoint, ns)
 	_, err = other.RemoveAllByOwner(ctx, authority.OwnerToken{OwnerID: "paused", LeaseGeneration: gen})
 	require.NoError(t, err)
 	taker := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, authority.OwnerToken{OwnerID: "taker", LeaseGeneration: 1})

@@ -30,7 +30,7 @@ func TestQuotaExhausted(t *testing.T) {
 	srv, err := embedded.Start(ctx, embedded.Config{ClientAddr: freeAddr(t), AutoCompactionRetention: "0", QuotaBackendBytes: 8 << 20})
 	require.NoError(t, err)
 	defer srv.Close()
-	s, fx := restoreStore(t, srv.Endpoint(), "/quota/")
+	s, fx := embeddedStore(t, srv.Endpoint(), "/quota/")
 	owner := authority.OwnerToken{OwnerID: "filler", LeaseGeneration: 1}
 	target := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, owner)
 	fx.SetLive(target, true)
@@ -85,10 +85,7 @@ func TestQuotaExhausted(t *testing.T) {
 	before, err := raw.Status(ctx, srv.Endpoint())
 	require.NoError(t, err)
 	// the operator's procedure: compact, defragment, disarm
-	_, err = raw.Compact(ctx, before.Header.Revision)
-	require.NoError(t, err)
-	_, err = raw.Defragment(ctx, srv.Endpoint())
-	require.NoError(t, err)
+	compactDefrag(ctx, t, raw, srv.Endpoint())
 	_, err = raw.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: alarms.Alarms[0].MemberID, Alarm: etcdserverpb.AlarmType_NOSPACE})
 	require.NoError(t, err)
 	after, err := raw.Status(ctx, srv.Endpoint())

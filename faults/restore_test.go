@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -84,7 +83,7 @@ func restoreTrial(t *testing.T, trial int, bump bool) restoreOutcome {
 	srv, err := embedded.Start(ctx, embedded.Config{Dir: filepath.Join(dir, "before"), ClientAddr: addr, AutoCompactionRetention: "0"})
 	require.NoError(t, err)
 	ns := fmt.Sprintf("/restore-%d/", trial)
-	old, fx := restoreStore(t, addr, ns)
+	old, fx := embeddedStore(t, addr, ns)
 	target := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, authority.OwnerToken{OwnerID: "owner", LeaseGeneration: 1})
 	fx.SetLive(target, true)
 	keys := make([]authority.Key, restoreRows)
@@ -145,7 +144,7 @@ func restoreTrial(t *testing.T, trial int, bump bool) restoreOutcome {
 	// revision is a row's lost version, then writes that row (its new state
 	// now has the lost version) and tries the lost version, as an
 	// application still holding it would
-	fresh, _ := restoreStore(t, addr, ns)
+	fresh, _ := embeddedStore(t, addr, ns)
 	write := func(i int) int64 {
 		read, err := fresh.ReadAuthority(ctx, keys[i])
 		require.NoError(t, err)
@@ -187,21 +186,6 @@ func updateUntilServed(ctx context.Context, f func() (authority.CompareExchangeR
 	}
 }
 
-func restoreStore(t *testing.T, addr, ns string) (*etcdstore.Store, *conformance.Fixture) {
-	t.Helper()
-	s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{addr}, Namespace: ns, RequestTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	clock := authority.SystemClock{}
-	h := &conformance.Harness{
-		Store: s, Now: clock.Now,
-		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
-			require.NoError(t, s.MarkLive(context.Background(), node, lifecycle, owner, time.Hour))
-		},
-	}
-	return s, conformance.NewFixture(t, h)
-}
-
 // takeSnapshot saves a backup as an operator does (etcdctl snapshot save).
 func takeSnapshot(ctx context.Context, addr, path string) error {
 	_, err := clientsnapshot.SaveWithVersion(ctx, zap.NewNop(), clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second}, path)
@@ -213,13 +197,4 @@ func revisionOf(t *testing.T, v authority.StoreVersion) int64 {
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	require.NoError(t, err)
 	return n
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }

@@ -175,11 +175,7 @@ func recordRev(kv *mvccpbKV) int64 {
 func (s *Store) readWithRows(ctx context.Context, reads, gets []clientv3.Op) (*clientv3.TxnResponse, []*mvccpbKV, error) {
 	resp, err := s.read(ctx, append(slices.Clip(reads), gets...)...)
 	if err == nil {
-		kvs := make([]*mvccpbKV, len(gets))
-		for i := range gets {
-			kvs[i] = firstKv(resp, len(reads)+i)
-		}
-		return resp, kvs, nil
+		return resp, kvsAt(resp, len(reads), len(gets)), nil
 	}
 	if !etcdpage.TooLarge(err) {
 		return nil, nil, err

@@ -95,11 +95,7 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) ([]*mvccpbKV, error) {
 	resp, err := s.read(ctx, gets...)
 	if err == nil {
-		kvs := make([]*mvccpbKV, len(gets))
-		for i := range gets {
-			kvs[i] = firstKv(resp, i)
-		}
-		return kvs, nil
+		return kvsAt(resp, 0, len(gets)), nil
 	}
 	if len(gets) == 1 || !errors.Is(err, authority.ErrLimitExceeded) || !etcdpage.TooLarge(err) {
 		return nil, err
@@ -114,4 +110,14 @@ func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) ([]*mvccpbK
 		return nil, err
 	}
 	return append(first, rest...), nil
+}
+
+// kvsAt returns the first key-value (nil: none) of each of the n range
+// responses of resp from position from on.
+func kvsAt(resp *clientv3.TxnResponse, from, n int) []*mvccpbKV {
+	kvs := make([]*mvccpbKV, n)
+	for i := range kvs {
+		kvs[i] = firstKv(resp, from+i)
+	}
+	return kvs
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 
 	authority "github.com/zlink-systems/authority"
@@ -38,10 +39,11 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// storedText checks a stored string that must be non-empty text (as the
-// contract's RequireText).
+// storedText checks a stored string that must be non-empty text: the rule of
+// the contract's RequireText, whose error would make a corrupt read also
+// match ErrInvalidArgument.
 func storedText(value, name string) error {
-	if value == "" || bytes.IndexByte([]byte(value), 0) >= 0 || !utf8.ValidString(value) {
+	if value == "" || strings.IndexByte(value, 0) >= 0 || !utf8.ValidString(value) {
 		return fmt.Errorf("%s is not non-empty text", name)
 	}
 	return nil
@@ -72,7 +74,7 @@ func (w capacityWire) check() error {
 		}
 		return nil
 	}
-	if !authority.ObjectKind(w.Kind).IsSpot() || !utf8.ValidString(w.Type) || bytes.IndexByte([]byte(w.Type), 0) >= 0 {
+	if !authority.ObjectKind(w.Kind).IsSpot() || !utf8.ValidString(w.Type) || strings.IndexByte(w.Type, 0) >= 0 {
 		return fmt.Errorf("spot type %q/%q is invalid", w.Kind, w.Type)
 	}
 	return nil
