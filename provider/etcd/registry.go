@@ -95,7 +95,7 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 		if !tresp.Succeeded {
 			continue
 		}
-		kctx, stop := context.WithCancel(context.Background())
+		kctx, stop := context.WithCancel(s.life) // Store.Close ends it too
 		l := &OwnerLease{token: token, node: node, lifecycle: lifecycle, lease: grant.ID, r: r, done: make(chan struct{}), stop: stop}
 		first := granting.Add(time.Duration(grant.TTL) * time.Second)
 		l.deadline.Store(&first)
@@ -113,7 +113,9 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 func (l *OwnerLease) Token() authority.OwnerToken { return l.token }
 
 // Done is closed when the lease is lost: etcd answers that it expired or was
-// revoked, Deadline passes with no renewal confirmed, or Close is called.
+// revoked, Deadline passes with no renewal confirmed, or Close is called. The
+// store's Close stops the keep-alive too (Done closes; the lease is not
+// revoked: Close revokes it, else it expires after its TTL).
 // It closes no later than the lease can expire at etcd, so work that must
 // stop before another owner may take over can stop on it.
 func (l *OwnerLease) Done() <-chan struct{} { return l.done }

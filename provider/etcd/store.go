@@ -118,7 +118,7 @@ type Store struct {
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
 	closed atomic.Bool
 	// life ends when the store is closed: waits that outlive one request
-	// (WaitForChange) end with it.
+	// (WaitForChange, owner lease keep-alives) end with it.
 	life    context.Context
 	endLife context.CancelFunc
 	// revisions trips when the cluster goes back in time (regression.go).
