@@ -2,7 +2,7 @@
 // TypeScript ZLinkInMemoryAuthorityStore implementing authority.Store, with
 // the same checks in the same order and the same outcomes.
 //
-// Differences from the seed, each deliberate (docs/deviations-memory.md):
+// Differences from the seed, each deliberate (docs/deviations.md, M1–M11):
 //
 //   - It is safe for concurrent use. One mutex guards the whole state; every
 //     operation is atomic with respect to every other. The hooks (the
