@@ -10,5 +10,6 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdcluster.RunMemberIfRequested()
+	runPausedOwnerIfRequested()
 	goleak.VerifyTestMain(m)
 }
