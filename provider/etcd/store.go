@@ -111,6 +111,9 @@ type Store struct {
 	leases    *leaseBuckets
 	batch     *writeBatcher
 	usage     *usageWatches
+	// guard refuses every request once the cluster went back in time
+	// (regression.go).
+	guard *regressionGuard
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -168,7 +171,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.kv = s.client.KV
+	s.guard = newRegressionGuard(s.keys.ns)
+	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
+	s.guard.watch(s.client.ActiveConnection())
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
@@ -311,6 +316,7 @@ func (s *Store) Close() error {
 	}
 	s.batch.close()
 	s.usage.close()
+	s.guard.close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}
