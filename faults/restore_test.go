@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
 	authority "github.com/zlink-systems/authority"
