@@ -200,19 +200,41 @@ type guardedKV struct {
 }
 
 func (k guardedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
-	r, err := k.Do(ctx, clientv3.OpPut(key, val, opts...))
+	floor, err := k.before(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	return r.Put(), nil
+	r, err := k.kv.Put(ctx, key, val, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, k.g.observe(floor, r.Header, true)
 }
 
 func (k guardedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	r, err := k.Do(ctx, clientv3.OpGet(key, opts...))
+	floor, err := k.before(ctx, false)
 	if err != nil {
 		return nil, err
 	}
-	return r.Get(), nil
+	r, err := k.kv.Get(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, k.g.observe(floor, r.Header, false)
+}
+
+// before refuses a request after a regression (and a write until the probe
+// passed) and returns the floor its response is checked against.
+func (k guardedKV) before(ctx context.Context, write bool) (int64, error) {
+	if err := k.g.refused(); err != nil {
+		return 0, err
+	}
+	if write {
+		if err := k.g.verify(ctx, k.kv); err != nil {
+			return 0, err
+		}
+	}
+	return k.g.floor(), nil
 }
 
 // GetStream is refused after a regression; its responses are not checked
@@ -225,11 +247,15 @@ func (k guardedKV) GetStream(ctx context.Context, key string, opts ...clientv3.O
 }
 
 func (k guardedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	r, err := k.Do(ctx, clientv3.OpDelete(key, opts...))
+	floor, err := k.before(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	return r.Del(), nil
+	r, err := k.kv.Delete(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, k.g.observe(floor, r.Header, true)
 }
 
 func (k guardedKV) Compact(ctx context.Context, rev int64, opts ...clientv3.CompactOption) (*clientv3.CompactResponse, error) {
