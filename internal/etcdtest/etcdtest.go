@@ -49,6 +49,7 @@ type options struct {
 	autoCompactionMode     string
 	autoCompactionRetained string
 	dir                    string
+	quotaBackendBytes      int64
 	// serverSettings names the options an external cluster cannot honour.
 	serverSettings []string
 }
@@ -79,6 +80,15 @@ func WithAutoCompaction(mode, retention string) Option {
 	return func(o *options) {
 		o.autoCompactionMode, o.autoCompactionRetained = mode, retention
 		o.serverSettings = append(o.serverSettings, "--auto-compaction-*")
+	}
+}
+
+// WithQuotaBackendBytes sets the server's --quota-backend-bytes (default
+// etcd's 2 GiB).
+func WithQuotaBackendBytes(n int64) Option {
+	return func(o *options) {
+		o.quotaBackendBytes = n
+		o.serverSettings = append(o.serverSettings, "--quota-backend-bytes")
 	}
 }
 
@@ -331,5 +341,6 @@ func embedConfig(o options, clientScheme string) *embed.Config {
 	cfg.MaxRequestBytes = o.maxRequestBytes
 	cfg.AutoCompactionMode = o.autoCompactionMode
 	cfg.AutoCompactionRetention = o.autoCompactionRetained
+	cfg.QuotaBackendBytes = o.quotaBackendBytes
 	return cfg
 }
