@@ -50,6 +50,7 @@ type options struct {
 	autoCompactionMode     string
 	autoCompactionRetained string
 	dir                    string
+	quotaBackendBytes      int64
 	// serverSettings names the options an external cluster cannot honour.
 	serverSettings []string
 }
@@ -80,6 +81,15 @@ func WithAutoCompaction(mode, retention string) Option {
 	return func(o *options) {
 		o.autoCompactionMode, o.autoCompactionRetained = mode, retention
 		o.serverSettings = append(o.serverSettings, "--auto-compaction-*")
+	}
+}
+
+// WithQuotaBackendBytes sets the server's --quota-backend-bytes (default
+// etcd's 2 GiB).
+func WithQuotaBackendBytes(n int64) Option {
+	return func(o *options) {
+		o.quotaBackendBytes = n
+		o.serverSettings = append(o.serverSettings, "--quota-backend-bytes")
 	}
 }
 
@@ -301,5 +311,6 @@ func embedConfig(o options, clientScheme string) *embed.Config {
 		ClientURL: url.URL{Scheme: clientScheme, Host: "127.0.0.1:0"},
 		Fsync:     o.fsync, MaxTxnOps: o.maxTxnOps, MaxRequestBytes: o.maxRequestBytes,
 		AutoCompactionMode: o.autoCompactionMode, AutoCompactionRetention: o.autoCompactionRetained,
+		QuotaBackendBytes: o.quotaBackendBytes,
 	}.Config()
 }

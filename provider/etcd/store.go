@@ -110,6 +110,9 @@ type Store struct {
 	leases    *leaseBuckets
 	batch     *writeBatcher
 	usage     *usageWatches
+	// guard refuses every request once the cluster went back in time
+	// (regression.go).
+	guard *regressionGuard
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -118,8 +121,6 @@ type Store struct {
 	// (WaitForChange, owner lease keep-alives) end with it.
 	life    context.Context
 	endLife context.CancelFunc
-	// revisions trips when the cluster goes back in time (regression.go).
-	revisions revisionGuard
 	// serverWarning is ServerVersionWarning of the server New checked.
 	serverWarning string
 }
@@ -176,7 +177,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.kv = guardedKV{KV: s.client.KV, g: &s.revisions}
+	s.guard = newRegressionGuard(s.keys.ns)
+	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
+	s.guard.watch(s.client.ActiveConnection())
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
@@ -281,6 +284,7 @@ func (s *Store) Close() error {
 	}
 	s.batch.close()
 	s.usage.close()
+	s.guard.close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}
