@@ -69,10 +69,7 @@ lease is still live is refused unless --force is given.`,
 					return err
 				}
 				out.Rows = &rows
-				t := rowTable()
-				for _, r := range rows {
-					t.addRow(r)
-				}
+				t := addRows(rowTable(), rows, (*table).addRow)
 				if g.output == outputTable || g.output == outputWide {
 					fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)
 				}
@@ -101,24 +98,15 @@ lease is still live is refused unless --force is given.`,
 // ownerRows reads the rows of owner through the provider's owner index.
 func ownerRows(ctx context.Context, g *globals, c *clientv3.Client,
 	read func(context.Context, authority.Key) (authority.ReadResult, error), owner authority.OwnerToken) ([]rowView, error) {
-	kvs, _, err := rangeAll(ctx, c, etcdstore.OwnerIndexPrefix(g.namespace, owner), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, err
-	}
-	out := []rowView{}
-	for _, kv := range kvs {
-		e, err := etcdstore.DecodeEntry(g.namespace, kv)
+	q := entryQuery{prefix: etcdstore.OwnerIndexPrefix(g.namespace, owner), opts: []clientv3.OpOption{clientv3.WithKeysOnly()}}
+	return listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
+		r, err := read(ctx, le.entry.Key)
 		if err != nil {
-			return nil, err
+			return rowView{}, false, err
 		}
-		key := e.Key
-		r, err := read(ctx, key)
-		if err != nil {
-			return nil, err
+		if r.Kind != authority.KindSnapshot || r.Snapshot.Owner() != owner {
+			return rowView{}, false, nil
 		}
-		if r.Kind == authority.KindSnapshot && r.Snapshot.Owner() == owner {
-			out = append(out, viewRow(key, r.Snapshot))
-		}
-	}
-	return out, nil
+		return viewRow(le.entry.Key, r.Snapshot), true, nil
+	})
 }

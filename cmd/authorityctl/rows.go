@@ -48,9 +48,7 @@ func newGetCommand(g *globals) *cobra.Command {
 				return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
 			}
 			v := viewRow(key, r.Snapshot)
-			t := rowTable()
-			t.addRow(v)
-			return render(g.stdout, g.output, v, t)
+			return render(g.stdout, g.output, v, addRows(rowTable(), []rowView{v}, (*table).addRow))
 		},
 	}
 }
@@ -87,7 +85,6 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			}
 			defer done()
 			out := listView{Items: []rowView{}}
-			t := rowTable()
 			var cursor authority.ScanCursor
 			for {
 				page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
@@ -98,9 +95,7 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 					return errors.New("the listing expired (etcd compacted its revision); run list again")
 				}
 				for _, it := range page.Items {
-					v := viewRow(it.Key, it.Snapshot)
-					out.Items = append(out.Items, v)
-					t.addRow(v)
+					out.Items = append(out.Items, viewRow(it.Key, it.Snapshot))
 				}
 				cursor = page.NextCursor
 				if cursor == "" {
@@ -112,7 +107,7 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 					break
 				}
 			}
-			return render(g.stdout, g.output, out, t)
+			return render(g.stdout, g.output, out, addRows(rowTable(), out.Items, (*table).addRow))
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 500, fmt.Sprintf("rows per page (1..%d)", authority.MaxScanLimit))
