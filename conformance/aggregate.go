@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"sync"
 	"testing"
 
@@ -54,7 +55,7 @@ func abortAggregateKind(t *testing.T, fx *Fixture, fence authority.Fence) author
 
 // RunTestAggregatePrepare checks PrepareAggregate: prepared, alreadyPrepared,
 // and its conflict and stale cases, in the seed's order of checks.
-func RunTestAggregatePrepare(t *testing.T, f Factory) {
+func RunTestAggregatePrepare(ctx context.Context, t *testing.T, f Factory) {
 	// conflict requires KindConflict (or want) and no change at all.
 	rejected := func(t *testing.T, fx *Fixture, req authority.AggregatePrepareRequest, want authority.ResultKind) {
 		t.Helper()
@@ -62,7 +63,7 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 		require.Equal(t, want, prepareKind(t, fx, req))
 		fx.RequireState(before)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Prepared", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			before := fx.State()
@@ -299,11 +300,11 @@ func requireVector(t *testing.T, want, got authority.CapacityVector, what string
 // counters that capacity names; that a prepared aggregate's capacity counts
 // as reserved for later decisions; that the record is checked before the
 // policy and commit does not consult it.
-func RunTestAggregatePolicy(t *testing.T, f Factory) {
+func RunTestAggregatePolicy(ctx context.Context, t *testing.T, f Factory) {
 	spots := func(spots, typed int64) authority.CapacityVector {
 		return authority.CapacityVector{Spots: spots, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType, Count: typed}}
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"SeesTargetUsage", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fx.Reserve(authority.ObjectActor, "b2", TargetB)
@@ -413,14 +414,14 @@ func RunTestAggregatePolicy(t *testing.T, f Factory) {
 // RunTestAggregateCommit checks CommitAggregate: every participant or none,
 // the owner transition of newOwner participants, capacity moved from source
 // to target, alreadyCommitted and the stale cases.
-func RunTestAggregateCommit(t *testing.T, f Factory) {
+func RunTestAggregateCommit(ctx context.Context, t *testing.T, f Factory) {
 	stale := func(t *testing.T, fx *Fixture, fence authority.Fence) {
 		t.Helper()
 		before := fx.State()
 		require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
 		fx.RequireState(before)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Committed", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
@@ -645,8 +646,8 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 
 // RunTestAggregateAbort checks AbortAggregate: aborted (releasing the
 // target's reserved capacity), alreadyAborted and the stale cases.
-func RunTestAggregateAbort(t *testing.T, f Factory) {
-	runSubtests(t, f, []subtest{
+func RunTestAggregateAbort(ctx context.Context, t *testing.T, f Factory) {
+	runSubtests(ctx, t, f, []subtest{
 		{"Aborted", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			before := fx.State()

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +11,7 @@ import (
 
 // RunTestCommit checks Commit: committed, alreadyCommitted and every stale
 // case, and that a stale commit changes nothing.
-func RunTestCommit(t *testing.T, f Factory) {
+func RunTestCommit(ctx context.Context, t *testing.T, f Factory) {
 	stale := func(t *testing.T, fx *Fixture, req authority.CommitRequest) {
 		t.Helper()
 		before := fx.State()
@@ -32,7 +33,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 		fx.RequireState(before)
 		return res.Ready
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Committed", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			c := r.Res.Creating

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // alreadyCompleted and the stale cases, in the seed's order of checks (a live
 // terminal of the operation first, then the reservation's own terminal, then
 // the row).
-func RunTestCompleteCreation(t *testing.T, f Factory) {
+func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
 	complete := func(t *testing.T, fx *Fixture, req authority.CompleteCreationRequest) authority.CompleteCreationResult {
 		t.Helper()
 		res, err := fx.Store().CompleteCreation(fx.Ctx(), req)
@@ -43,7 +44,7 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 		require.True(t, got.ExpiresAt.Equal(pub.OperationDeadline.Add(authority.CreationTerminalRetention)),
 			"terminal expires at %v, want deadline %v + 5 min", got.ExpiresAt, pub.OperationDeadline)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Created", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			pub := fx.Publication()

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,7 @@ import (
 // check of the operation; operations that take no new value (abort,
 // prepareAggregate, abortAggregate, removeAllByOwner, reads) still work.
 // It needs Harness.LeaveGenerations.
-func RunTestGenerationExhausted(t *testing.T, f Factory) {
+func RunTestGenerationExhausted(ctx context.Context, t *testing.T, f Factory) {
 	// leave moves counter c to left remaining values.
 	leave := func(t *testing.T, fx *Fixture, c GenerationCounter, left int64) {
 		t.Helper()
@@ -76,7 +77,7 @@ func RunTestGenerationExhausted(t *testing.T, f Factory) {
 			})
 		}
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"ReserveStoreVersion", reserveExhausted(StoreVersions)},
 		{"ReserveObjectGeneration", reserveExhausted(ObjectGenerations)},
 		{"ReserveOwnerGeneration", reserveExhausted(OwnerGenerations)},

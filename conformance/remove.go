@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,14 +11,14 @@ import (
 
 // RunTestRemoveAllByOwner checks RemoveAllByOwner on active and reserved
 // rows, its count, its effect on capacity, and that it touches nothing else.
-func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
+func RunTestRemoveAllByOwner(ctx context.Context, t *testing.T, f Factory) {
 	remove := func(t *testing.T, fx *Fixture, owner authority.OwnerToken) int64 {
 		t.Helper()
 		n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), owner)
 		require.NoError(t, err)
 		return n
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"RemovesActiveRows", func(t *testing.T, fx *Fixture) {
 			fx.Active(authority.ObjectActor, "a1", TargetA)
 			fx.Active(authority.ObjectActor, "a2", TargetA)
