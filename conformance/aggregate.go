@@ -54,7 +54,7 @@ func abortAggregateKind(t *testing.T, fx *Fixture, fence authority.Fence) author
 }
 
 // RunTestAggregatePrepare checks PrepareAggregate: prepared, alreadyPrepared,
-// and its conflict and stale cases, in the seed's order of checks.
+// and its conflict and stale cases, in the contract's order of checks.
 func RunTestAggregatePrepare(ctx context.Context, t *testing.T, f Factory) {
 	// conflict requires KindConflict (or want) and no change at all.
 	rejected := func(t *testing.T, fx *Fixture, req authority.AggregatePrepareRequest, want authority.ResultKind) {
@@ -107,7 +107,7 @@ func RunTestAggregatePrepare(ctx context.Context, t *testing.T, f Factory) {
 			rejected(t, fx, *other, authority.KindConflict)
 		}},
 		{"ConflictAnyFieldDiffers", func(t *testing.T, fx *Fixture) {
-			// seed sameAggregateRequest: a prepared record answers
+			// A prepared record answers
 			// alreadyPrepared only to the very same request; any field that
 			// differs is conflict, and the record stays as it was.
 			m := newMove(fx)
@@ -157,7 +157,7 @@ func RunTestAggregatePrepare(ctx context.Context, t *testing.T, f Factory) {
 			rejected(t, fx, m.req, authority.KindStale)
 		}},
 		{"StaleAfterCommitOtherRequest", func(t *testing.T, fx *Fixture) {
-			// seed: a committed record answers stale to any request of its
+			// A committed record answers stale to any request of its
 			// fence, not conflict.
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
@@ -225,7 +225,7 @@ func RunTestAggregatePrepare(ctx context.Context, t *testing.T, f Factory) {
 			rejected(t, fx, *req, authority.KindConflict)
 		}},
 		{"ConflictSpotTypeMismatch", func(t *testing.T, fx *Fixture) {
-			// seed sameCapacity compares the Spot type's kind and stable
+			// Capacity equality compares the Spot type's kind and stable
 			// type too: equal counts of another Spot type are conflict.
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			for _, st := range []authority.SpotTypeCapacity{
@@ -294,7 +294,7 @@ func requireVector(t *testing.T, want, got authority.CapacityVector, what string
 }
 
 // RunTestAggregatePolicy checks how PrepareAggregate consults the capacity
-// policy (the seed's hasPendingCapacity of aggregateTargetAllocation): once
+// policy (with the aggregate's TargetAllocation): once
 // the target is live, for the target node at the target lifecycle, with the
 // request's capacity and the target's reserved and active usage of the
 // counters that capacity names; that a prepared aggregate's capacity counts
@@ -390,7 +390,7 @@ func RunTestAggregatePolicy(ctx context.Context, t *testing.T, f Factory) {
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 0)
 		}},
 		{"MixedSpotTypesRejected", func(t *testing.T, fx *Fixture) {
-			// seed addCapacity throws a TypeError when newOwner participants
+			// AddCapacity refuses newOwner participants that
 			// carry two Spot types; nothing is written.
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			other := fx.ReserveRequest(authority.ObjectUserSpot, "s2", TargetA)
@@ -466,7 +466,7 @@ func RunTestAggregateCommit(ctx context.Context, t *testing.T, f Factory) {
 			require.Equal(t, DefaultStableType, s.Allocation.StableType)
 		}},
 		{"MovesMixedCapacity", func(t *testing.T, fx *Fixture) {
-			// seed addCapacity/aggregateTargetAllocation: an Actor and a Spot
+			// An Actor and a Spot
 			// moved together reserve, then activate, every counter of their
 			// summed vector on the target, and release each row's own
 			// counters on the source.
@@ -548,7 +548,7 @@ func RunTestAggregateCommit(ctx context.Context, t *testing.T, f Factory) {
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
 		}},
 		{"TwoPreparedOverSameRows", func(t *testing.T, fx *Fixture) {
-			// seed: prepare writes no row and locks none, so two aggregates
+			// Prepare writes no row and locks none, so two aggregates
 			// may be prepared over the same rows (each reserving target
 			// capacity); the first commit wins, the second is stale but
 			// still prepared, and its abort releases its capacity.
@@ -677,7 +677,7 @@ func RunTestAggregateAbort(ctx context.Context, t *testing.T, f Factory) {
 			fx.RequireState(before)
 		}},
 		{"AbortedReleasesSpotCapacity", func(t *testing.T, fx *Fixture) {
-			// seed abortAggregate releases every counter of the target
+			// AbortAggregate releases every counter of the target
 			// allocation, Spot counters included.
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			before := fx.State()

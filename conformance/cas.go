@@ -158,7 +158,7 @@ func RunTestCompareExchange(ctx context.Context, t *testing.T, f Factory) {
 			conflict(t, fx, key, s.StoreVersion, authority.RebindOwnerLease(OwnerA, lease2, []byte("x")))
 		}},
 		{"RebindConflictTargetLiveElsewhere", func(t *testing.T, fx *Fixture) {
-			// seed: the target lease must be live on the row's own node at
+			// The target lease must be live on the row's own node at
 			// the row's lifecycle generation; live anywhere else is not enough.
 			key, s := active(fx)
 			fx.SetLive(Target(NodeB, NodeLifecycle, lease2), true)

@@ -11,7 +11,7 @@ import (
 )
 
 // RunTestCompleteCreation checks CompleteCreation: created, rejected, failed,
-// alreadyCompleted and the stale cases, in the seed's order of checks (a live
+// alreadyCompleted and the stale cases, in the contract's order of checks (a live
 // terminal of the operation first, then the reservation's own terminal, then
 // the row).
 func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
@@ -202,7 +202,7 @@ func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
 			requireTerminal(t, r2, pub, authority.TerminalCreated, res.Terminal)
 		}},
 		{"AlreadyCompletedJustBeforeTerminalExpiry", func(t *testing.T, fx *Fixture) {
-			// seed: an existing terminal answers while expiresAt > now.
+			// An existing terminal answers while expiresAt > now.
 			needClock(t, fx)
 			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			op := fx.Operation()
@@ -219,7 +219,7 @@ func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
 			fx.RequireState(before)
 		}},
 		{"OperationReusableAtTerminalExpiry", func(t *testing.T, fx *Fixture) {
-			// seed: a terminal whose expiresAt <= now is gone for
+			// A terminal whose expiresAt <= now is gone for
 			// completeCreation (creationTerminalAvailable), so at exactly
 			// its expiry the operation completes another reservation.
 			needClock(t, fx)
@@ -237,7 +237,7 @@ func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
 			require.Equal(t, r2.Res.ReservationID, read.Record.ReservationID)
 		}},
 		{"PublicationValidUntilItsExpiry", func(t *testing.T, fx *Fixture) {
-			// seed: the publication is refused only when expiresAt <= now.
+			// The publication is refused only when expiresAt <= now.
 			needClock(t, fx)
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			pub := fx.Publication()
@@ -250,8 +250,7 @@ func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
 			require.Equal(t, authority.KindFound, read.Kind)
 		}},
 		{"PublicationInvalidAtItsExpiry", func(t *testing.T, fx *Fixture) {
-			// seed validateTerminalForMutation: expiresAtMs <= storeNow is a
-			// RangeError, checked before any state (so also for a retry).
+			// A terminal with expiresAt <= store now is invalid input, checked before any state (so also for a retry).
 			needClock(t, fx)
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			pub := fx.Publication()

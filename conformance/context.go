@@ -10,9 +10,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// RunTestContext checks that every operation honours a cancelled context
-// (the seed's signal.throwIfAborted()): it fails with an error wrapping
-// context.Canceled and writes nothing.
+// RunTestContext checks that every operation honours a cancelled context:
+// it fails with an error wrapping context.Canceled and writes nothing.
 func RunTestContext(ctx context.Context, t *testing.T, f Factory) {
 	type op struct {
 		name string

@@ -54,8 +54,8 @@ func RunTestGenerationExhausted(ctx context.Context, t *testing.T, f Factory) {
 		require.NoError(t, err)
 		return res
 	}
-	// Reserve takes one value of each counter (seed reserve: storeVersion,
-	// objectGeneration and ownerGeneration >= MAX_GENERATION).
+	// Reserve takes one value of each counter (store version,
+	// object generation and owner generation each up to MaxGeneration).
 	reserveExhausted := func(c GenerationCounter) func(t *testing.T, fx *Fixture) {
 		return func(t *testing.T, fx *Fixture) {
 			leave(t, fx, c, 0)
@@ -85,7 +85,7 @@ func RunTestGenerationExhausted(ctx context.Context, t *testing.T, f Factory) {
 		{"ReserveTakesLastObjectGeneration", reserveLast(ObjectGenerations)},
 		{"ReserveTakesLastOwnerGeneration", reserveLast(OwnerGenerations)},
 		{"ReserveChecksRowsTargetAndCapacityFirst", func(t *testing.T, fx *Fixture) {
-			// The seed checks the identity claim, the existing row, the
+			// Reserve checks the identity claim, the existing row, the
 			// target and the capacity before the counters.
 			needGenerations(t, fx)
 			fx.Active(authority.ObjectUserSpot, "s1", TargetA)

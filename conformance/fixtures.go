@@ -482,8 +482,8 @@ func RequireSameRow(t testing.TB, want, got *authority.Snapshot) {
 
 // TargetsElsewhere returns target moved to another node of its mesh and to
 // a node of the same RID in another mesh, with the same lifecycle
-// generation and owner, each marked live: the seed's sameCreationTarget
-// tells them from target by the node alone.
+// generation and owner, each marked live: only the node tells them
+// from target.
 func (f *Fixture) TargetsElsewhere(target authority.CreationTarget) []authority.CreationTarget {
 	f.T.Helper()
 	owner, lifecycle := target.Owner, target.NodeLifecycleGeneration

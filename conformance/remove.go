@@ -48,7 +48,7 @@ func RunTestRemoveAllByOwner(ctx context.Context, t *testing.T, f Factory) {
 			}
 		}},
 		{"RemovesRowsOnEveryNode", func(t *testing.T, fx *Fixture) {
-			// seed: the owner token alone selects the rows, whatever node
+			// The owner token alone selects the rows, whatever node
 			// or lifecycle generation they are on; each row's capacity is
 			// released on its own node lifecycle.
 			onB := Target(NodeB, NodeLifecycle, OwnerA)
@@ -111,7 +111,7 @@ func RunTestRemoveAllByOwner(ctx context.Context, t *testing.T, f Factory) {
 			require.Equal(t, int64(1), remove(t, fx, OwnerA))
 		}},
 		{"SourceRowsOfPreparedAggregate", func(t *testing.T, fx *Fixture) {
-			// The seed removes the owner's rows and nothing else: the
+			// RemoveAllByOwner removes the owner's rows and nothing else: the
 			// prepared aggregate and the target capacity it reserved stay,
 			// its commit is stale (a participant is missing), its abort
 			// releases the capacity.

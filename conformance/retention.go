@@ -13,7 +13,7 @@ import (
 // RunTestRetention checks how long finished records answer retries: a
 // committed or aborted reservation, and a committed or aborted aggregate,
 // answer already* until Harness.RecordRetention has passed and are then
-// gone (the seed keeps them forever; see docs/deviations.md); a prepared
+// gone (docs/deviations.md M7, E2); a prepared
 // aggregate never expires.
 func RunTestRetention(ctx context.Context, t *testing.T, f Factory) {
 	// around calls before just before the retention of a record written now

@@ -43,7 +43,7 @@ func newWorld(fx *Fixture) *world {
 
 type badInput struct {
 	name string
-	// msg is a part of the seed's message the error must carry.
+	// msg is a part of the message the error must carry.
 	msg  string
 	call func(fx *Fixture, w *world) error
 }
@@ -51,7 +51,7 @@ type badInput struct {
 var tooBig = make([]byte, authority.MaxPayloadBytes+1)
 
 // RunTestValidation runs the bad-input table: every validation rule of the
-// seed, each case required to fail with ErrInvalidArgument (and the seed's
+// contract, each case required to fail with ErrInvalidArgument (and its
 // message) and to leave every row and capacity counter unchanged.
 func RunTestValidation(ctx context.Context, t *testing.T, f Factory) {
 	var cases []badInput

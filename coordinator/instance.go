@@ -82,7 +82,7 @@ type ReserveOutcome struct {
 }
 
 // PendingActivation is the pending projection of a reserved Instance row, as
-// a restarted node finds it (the seed's ServicePendingInstanceActivation).
+// a restarted node finds it.
 type PendingActivation struct {
 	StoreVersion             authority.StoreVersion
 	ObjectGeneration         int64
@@ -159,7 +159,7 @@ type InstanceOptions struct {
 	OnReady func(target ActivationTarget, route RouteFence)
 	// OnClaimConflict is called when a reservation loses to an existing row
 	// (reason "already_exists", "activation_in_progress" or the store's
-	// outcome kind): the seed's claim-conflict metric.
+	// outcome kind), for a claim-conflict metric.
 	OnClaimConflict func(meshName, stableType, reason string)
 	// PollInterval is the wait between reads while joining a concurrent
 	// activation or waiting out a close, when the store has no change feed
@@ -168,7 +168,7 @@ type InstanceOptions struct {
 }
 
 // InstanceActivationAuthority activates Instance Spots through the authority
-// store (the seed's ZLinkInstanceActivationAuthority). It is safe for
+// store. It is safe for
 // concurrent use. The reservations it holds live in memory; after a restart
 // a new authority takes them over with Resume.
 type InstanceActivationAuthority struct {

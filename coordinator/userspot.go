@@ -10,8 +10,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// CreationStore is what the coordinators need of an authority store (the
-// seed's ZLinkObjectCreationStore & ZLinkAuthorityStore). Every
+// CreationStore is what the coordinators need of an authority store: its
+// rows and the creation protocol. Every
 // authority.Store is one.
 type CreationStore interface {
 	authority.AuthorityStore
@@ -21,7 +21,7 @@ type CreationStore interface {
 // CreateState is the outcome of a User Spot creation.
 type CreateState string
 
-// Creation outcomes (the seed's ZLinkSpotCreateState).
+// Creation outcomes.
 const (
 	Created  CreateState = "created"
 	Existing CreateState = "existing"
@@ -135,8 +135,8 @@ type UserSpotOptions struct {
 	CleanupTimeout time.Duration
 }
 
-// UserSpotCoordinator creates and closes User Spots (the seed's
-// ZLinkUserSpotCreationCoordinator). It is safe for concurrent use.
+// UserSpotCoordinator creates and closes User Spots. It is safe for
+// concurrent use.
 type UserSpotCoordinator struct {
 	opts UserSpotOptions
 
@@ -352,8 +352,8 @@ func (c *UserSpotCoordinator) settleOnExisting(ctx context.Context, deadline tim
 	return CreateResult{Spot: spot, State: Existing}, nil
 }
 
-// awaitReady waits until the Spot is Ready (the seed polls; this waits on the
-// store's change feed when it has one).
+// awaitReady waits until the Spot is Ready, on the store's change feed when
+// it has one, else polling.
 func (c *UserSpotCoordinator) awaitReady(ctx context.Context, req CreateRequest) (SpotRef, error) {
 	key, err := authority.EncodeKey(authority.ObjectUserSpot, req.SpotID)
 	if err != nil {
@@ -447,8 +447,7 @@ func readyRoute(spotID string, s *authority.Snapshot) ReadyRoute {
 	}
 }
 
-// userSpotPayload is the payload of s in state (the seed's
-// userSpotAuthorityPayload).
+// userSpotPayload is the payload of s in state.
 func userSpotPayload(s *authority.Snapshot, spotID string, state State) ([]byte, error) {
 	return EncodeUserSpotPayload(Payload{
 		State: state, StableType: s.Allocation.StableType, SpotID: spotID,
