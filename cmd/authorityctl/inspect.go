@@ -36,6 +36,19 @@ func (g *globals) raw(cmd *cobra.Command, f func(ctx context.Context, c *clientv
 	return f(ctx, c)
 }
 
+// withStore runs f with a store of the flags' cluster and namespace (and its
+// client) under --command-timeout.
+func (g *globals) withStore(cmd *cobra.Command, f func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error) error {
+	ctx, cancel := g.commandContext(cmd.Context())
+	defer cancel()
+	s, c, done, err := g.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return f(ctx, s, c)
+}
+
 // ownerView is one live owner lease.
 type ownerView struct {
 	OwnerID             string `json:"ownerId"`

@@ -44,37 +44,32 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 			if yes == dryRun {
 				return usageError(errors.New("prune-epochs writes: pass exactly one of --yes or --dry-run"))
 			}
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			s, c, done, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if yes {
-				return pruneEpochs(ctx, g, s, c)
-			}
-			q := entryQuery{
-				prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
-				undecodable: func(err error) { fmt.Fprintf(g.stderr, "warning: %v\n", err) }, // --yes leaves it too, and reports it
-			}
-			epochs, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (epochView, bool, error) {
-				e := le.entry
-				held, err := c.Get(ctx, etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
-				if err != nil {
-					return epochView{}, false, err
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+				if yes {
+					return pruneEpochs(ctx, g, s, c)
 				}
-				return epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle}, len(held.Kvs) == 0, nil
+				q := entryQuery{
+					prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
+					undecodable: func(err error) { fmt.Fprintf(g.stderr, "warning: %v\n", err) }, // --yes leaves it too, and reports it
+				}
+				epochs, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (epochView, bool, error) {
+					e := le.entry
+					held, err := c.Get(ctx, etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+					if err != nil {
+						return epochView{}, false, err
+					}
+					return epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle}, len(held.Kvs) == 0, nil
+				})
+				if err != nil {
+					return err
+				}
+				out := pruneView{DryRun: true, Epochs: epochs}
+				t := addRows(epochsTable(), epochs, (*table).addEpoch)
+				if g.output == outputTable || g.output == outputWide {
+					fmt.Fprintf(g.stdout, "would prune %d capacity epochs:\n", len(out.Epochs))
+				}
+				return render(g.stdout, g.output, out, t)
 			})
-			if err != nil {
-				return err
-			}
-			out := pruneView{DryRun: true, Epochs: epochs}
-			t := addRows(epochsTable(), epochs, (*table).addEpoch)
-			if g.output == outputTable || g.output == outputWide {
-				fmt.Fprintf(g.stdout, "would prune %d capacity epochs:\n", len(out.Epochs))
-			}
-			return render(g.stdout, g.output, out, t)
 		},
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "really delete the epochs")

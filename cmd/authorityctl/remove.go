@@ -48,44 +48,39 @@ lease is still live is refused unless --force is given.`,
 			if err := authority.ValidateOwner(owner); err != nil {
 				return usageError(err)
 			}
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			s, c, done, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			lr, err := c.Get(ctx, etcdstore.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
-			if err != nil {
-				return err
-			}
-			if lr.Count > 0 && !force && !dryRun {
-				return fmt.Errorf("owner %s lease generation %d is still live; refusing without --force", owner.OwnerID, gen)
-			}
-			out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun}
-			if dryRun {
-				rows, err := ownerRows(ctx, g, c, s.ReadAuthority, owner)
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+				lr, err := c.Get(ctx, etcdstore.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
 				if err != nil {
 					return err
 				}
-				out.Rows = &rows
-				t := addRows(rowTable(), rows, (*table).addRow)
-				if g.output == outputTable || g.output == outputWide {
-					fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)
+				if lr.Count > 0 && !force && !dryRun {
+					return fmt.Errorf("owner %s lease generation %d is still live; refusing without --force", owner.OwnerID, gen)
 				}
-				if lr.Count > 0 {
-					fmt.Fprintf(g.stderr, "warning: owner %s lease generation %d is live; --yes would also need --force\n", owner.OwnerID, gen)
+				out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun}
+				if dryRun {
+					rows, err := ownerRows(ctx, g, c, s.ReadAuthority, owner)
+					if err != nil {
+						return err
+					}
+					out.Rows = &rows
+					t := addRows(rowTable(), rows, (*table).addRow)
+					if g.output == outputTable || g.output == outputWide {
+						fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)
+					}
+					if lr.Count > 0 {
+						fmt.Fprintf(g.stderr, "warning: owner %s lease generation %d is live; --yes would also need --force\n", owner.OwnerID, gen)
+					}
+					return render(g.stdout, g.output, out, t)
 				}
+				n, err := s.RemoveAllByOwner(ctx, owner)
+				out.Removed = &n
+				if err != nil {
+					return fmt.Errorf("removed %d rows, then: %w", n, err)
+				}
+				t := &table{header: []string{"OWNER", "LEASE-GEN", "REMOVED"}}
+				t.add(owner.OwnerID, strconv.FormatInt(gen, 10), strconv.FormatInt(n, 10))
 				return render(g.stdout, g.output, out, t)
-			}
-			n, err := s.RemoveAllByOwner(ctx, owner)
-			out.Removed = &n
-			if err != nil {
-				return fmt.Errorf("removed %d rows, then: %w", n, err)
-			}
-			t := &table{header: []string{"OWNER", "LEASE-GEN", "REMOVED"}}
-			t.add(owner.OwnerID, strconv.FormatInt(gen, 10), strconv.FormatInt(n, 10))
-			return render(g.stdout, g.output, out, t)
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&gen, "lease-generation", 0, "the owner's lease generation whose rows to remove")
