@@ -2,6 +2,8 @@
 // (go.etcd.io/etcd/server/v3/embed) for authorityctl's demo: on loopback, in a
 // data directory of the caller's choice or a temporary one, with quiet
 // logging and the server limits the authority store's etcd provider needs.
+// Its Member is the one builder of embedded etcd configurations in this
+// module, also used by internal/etcdtest and internal/etcdcluster.
 package embedded
 
 import (
