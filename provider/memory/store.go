@@ -5,14 +5,18 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/btree"
+	"go.opentelemetry.io/otel/trace"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 )
 
 // Default settings of Options.
@@ -52,6 +56,14 @@ type Options struct {
 	// starting a listing beyond it drops the oldest. 0 means
 	// DefaultMaxPinnedScans.
 	MaxPinnedScans int
+
+	// Registerer receives the store's Prometheus metrics (nil: none; two
+	// stores on one Registerer share them).
+	Registerer prometheus.Registerer
+	// TracerProvider makes a span of every operation (nil: none).
+	TracerProvider trace.TracerProvider
+	// Logger receives the store's events (nil: none).
+	Logger *slog.Logger
 }
 
 // Store is the in-memory authority store. It implements authority.Store and
@@ -97,6 +109,8 @@ type Store struct {
 	terminalSweep    terminalHeap
 
 	watches map[authority.Key]*watch
+	// obs records operations (nil: nothing is recorded).
+	obs *observe.Observer
 	// epoch is the clock's reading at New; reservation deadlines are kept
 	// as offsets from it.
 	epoch time.Time
@@ -125,6 +139,7 @@ func New(opts Options) *Store {
 		aggregates:         make(map[authority.Fence]*aggregateRecord),
 		counters:           make(map[authority.CapacityCounter]*counterCell),
 		watches:            make(map[authority.Key]*watch),
+		obs:                observe.New(observe.Config{Registerer: opts.Registerer, TracerProvider: opts.TracerProvider, Logger: opts.Logger}),
 	}
 	if s.clock == nil {
 		s.clock = authority.SystemClock{}

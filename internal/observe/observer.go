@@ -1,0 +1,162 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// Config is what a store was given to report through; each field may be
+// nil.
+type Config struct {
+	Registerer     prometheus.Registerer
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
+}
+
+// Observer records a store's operations. A nil *Observer records nothing.
+type Observer struct {
+	metrics *Metrics
+	tracer  trace.Tracer
+	log     *slog.Logger
+}
+
+// tracerName is the instrumentation scope of the stores' spans.
+const tracerName = "github.com/zlink-systems/authority"
+
+// New returns the Observer for cfg, or nil when cfg configures nothing.
+// Metrics another store registered on the same Registerer are shared.
+func New(cfg Config) *Observer {
+	if cfg.Registerer == nil && cfg.TracerProvider == nil && cfg.Logger == nil {
+		return nil
+	}
+	o := &Observer{log: cfg.Logger}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer != nil {
+		o.metrics = newMetrics(cfg.Registerer, o.log)
+	}
+	if cfg.TracerProvider != nil {
+		o.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
+	return o
+}
+
+// Logger returns the store's logger (a discarding one when none was
+// configured or o is nil).
+func (o *Observer) Logger() *slog.Logger {
+	if o == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.log
+}
+
+// Metrics returns the metrics (nil when none are registered).
+func (o *Observer) Metrics() *Metrics {
+	if o == nil {
+		return nil
+	}
+	return o.metrics
+}
+
+// Op is one operation in progress; End it once.
+type Op struct {
+	o     *Observer
+	op    Operation
+	start time.Time
+	span  trace.Span
+}
+
+// Start begins operation op: the returned context carries its span (when
+// tracing), and End records its outcome. On a nil Observer it returns ctx
+// and a nil *Op, whose End does nothing.
+func (o *Observer) Start(ctx context.Context, op Operation) (context.Context, *Op) {
+	if o == nil {
+		return ctx, nil
+	}
+	p := &Op{o: o, op: op, start: time.Now()}
+	if o.tracer != nil {
+		ctx, p.span = o.tracer.Start(ctx, "authority."+string(op), trace.WithSpanKind(trace.SpanKindClient))
+	}
+	return ctx, p
+}
+
+// End records the operation's outcome: kind when err is nil, else the
+// error's sentinel.
+func (p *Op) End(kind authority.ResultKind, err error) {
+	if p == nil {
+		return
+	}
+	outcome, sentinel := string(kind), ""
+	if err != nil {
+		outcome, sentinel = outcomeError, Sentinel(err)
+	} else if outcome == "" {
+		outcome = "ok"
+	}
+	if m := p.o.metrics; m != nil {
+		m.operation(p.op, outcome, sentinel, time.Since(p.start))
+	}
+	if p.span != nil {
+		p.span.SetAttributes(attribute.String("authority.outcome", outcome))
+		if err != nil {
+			p.span.SetAttributes(attribute.String("authority.error", sentinel))
+			p.span.SetStatus(codes.Error, err.Error())
+		}
+		p.span.End()
+	}
+}
+
+// Sentinel names the exported sentinel err wraps (a bounded label value).
+func Sentinel(err error) string {
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return s.name
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	}
+	return "other"
+}
+
+// sentinels are checked in order: the most specific first (an outcome
+// unknown error also wraps unavailable).
+var sentinels = []struct {
+	err  error
+	name string
+}{
+	{authority.ErrOutcomeUnknown, "outcome_unknown"},
+	{authority.ErrClosed, "closed"},
+	{authority.ErrInvalidArgument, "invalid_argument"},
+	{authority.ErrLimitExceeded, "limit_exceeded"},
+	{authority.ErrAccessDenied, "access_denied"},
+	{authority.ErrUnsupportedServer, "unsupported_server"},
+	{authority.ErrCorrupt, "corrupt"},
+	{authority.ErrUnavailable, "unavailable"},
+}
+
+// Refused notes on ctx's span, and in authority_failed_compares_total,
+// which compare made a write conflict or be refused.
+func (o *Observer) Refused(ctx context.Context, c Compare) {
+	if o == nil {
+		return
+	}
+	if m := o.metrics; m != nil {
+		m.failedCompares.WithLabelValues(string(c)).Inc()
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("authority.failed_compare", string(c)))
+	}
+}
