@@ -105,3 +105,10 @@ func (m *Metrics) CompactionSeen() {
 		m.compactionsSeen.Inc()
 	}
 }
+
+// NoSpace counts a request etcd answered NOSPACE.
+func (m *Metrics) NoSpace() {
+	if m != nil {
+		m.noSpace.Inc()
+	}
+}

@@ -34,6 +34,7 @@ type Metrics struct {
 	rowCache        *prometheus.CounterVec
 	relocationBytes *prometheus.CounterVec
 	compactionsSeen prometheus.Counter
+	noSpace         prometheus.Counter
 
 	// fast holds the resolved children of operations and durations, so a
 	// recorded operation does not hash its label values.
@@ -84,6 +85,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *Metrics {
 	m.usageResyncs = r.counter("authority_usage_watch_resyncs_total", "Capacity usage watches that re-read their node's entries (start, compaction, error).")
 	m.usageLag = r.gauge("authority_usage_watch_lag_revisions", "How many revisions the slowest usage watch is behind the newest revision the store has seen.")
 	m.compactionsSeen = r.counter("authority_etcd_compactions_seen_total", "Watches or listings that found their revision compacted.")
+	m.noSpace = r.counter("authority_etcd_nospace_errors_total", "etcd requests answered NOSPACE (the cluster is over its backend quota).")
 	m.leases = newLeaseTracker(r)
 	return m
 }
