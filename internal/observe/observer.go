@@ -105,6 +105,10 @@ func (p *Op) End(kind authority.ResultKind, err error) {
 	if m := p.o.metrics; m != nil {
 		m.operation(p.op, outcome, sentinel, time.Since(p.start))
 	}
+	if kind == authority.KindPlacementCapacityExhausted || kind == authority.KindGenerationExhausted ||
+		errors.Is(err, authority.ErrLimitExceeded) {
+		p.o.refused(p.span, CompareLimit)
+	}
 	if p.span != nil {
 		p.span.SetAttributes(attribute.String("authority.outcome", outcome))
 		if err != nil {
@@ -150,13 +154,42 @@ var sentinels = []struct {
 // Refused notes on ctx's span, and in authority_failed_compares_total,
 // which compare made a write conflict or be refused.
 func (o *Observer) Refused(ctx context.Context, c Compare) {
-	if o == nil {
-		return
+	if o != nil {
+		o.refused(trace.SpanFromContext(ctx), c)
 	}
+}
+
+func (o *Observer) refused(span trace.Span, c Compare) {
 	if m := o.metrics; m != nil {
 		m.failedCompares.WithLabelValues(string(c)).Inc()
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+	if span != nil && span.IsRecording() {
 		span.SetAttributes(attribute.String("authority.failed_compare", string(c)))
 	}
+}
+
+// RoundTrip starts a child span for one etcd round trip named name (an etcd
+// RPC, e.g. "etcd.Txn"); end records its error. On a nil Observer, or one
+// without tracing, it returns ctx and a no-op end.
+func (o *Observer) RoundTrip(ctx context.Context, name string, ops int) (context.Context, func(error)) {
+	if o == nil || o.tracer == nil {
+		return ctx, endNothing
+	}
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.Int("etcd.ops", ops)))
+	return ctx, func(err error) {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+func endNothing(error) {}
+
+// Explaining says whether a failed compare is worth explaining: the store
+// then reads the compared keys once more to name the compare that did not
+// hold (only when metrics or a recording span will show it).
+func (o *Observer) Explaining(ctx context.Context) bool {
+	return o != nil && (o.metrics != nil || trace.SpanFromContext(ctx).IsRecording())
 }

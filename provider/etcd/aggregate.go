@@ -16,12 +16,12 @@ import (
 // target's capacity epoch and the epoch of each node a participant leaves.
 const aggregateOpsPerParticipant = 5
 
-// PrepareAggregate checks the participants and reserves the target's
+// prepareAggregate checks the participants and reserves the target's
 // capacity: a read of the record, the rows, the target's liveness (and the
 // target's capacity under a policy), then one Txn fenced on all of them.
 // An aggregate whose commit could not fit the Txn limits is refused with
 // ErrLimitExceeded before anything is written.
-func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
+func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
@@ -294,9 +294,9 @@ func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *a
 	return resp, err
 }
 
-// CommitAggregate applies every participant or none, in one Txn fenced on
+// commitPrepared applies every participant or none, in one Txn fenced on
 // the record, every row's version and the owners' liveness.
-func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
+func (s *Store) commitPrepared(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
@@ -442,8 +442,8 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
 }
 
-// AbortAggregate releases a prepared aggregate's capacity.
-func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
+// abortPrepared releases a prepared aggregate's capacity.
+func (s *Store) abortPrepared(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
 	}

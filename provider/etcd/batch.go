@@ -374,6 +374,7 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	resp, err := b.send(ctx, merged)
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
+	b.s.obs.Metrics().BatchedWrites(len(batch))
 	refused := err != nil && refusedWhole(err)
 	if refused || err == nil && !resp.Succeeded {
 		b.fallbacks.Add(1)

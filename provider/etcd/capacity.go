@@ -115,9 +115,9 @@ func fits(policy authority.CapacityPolicy, alloc authority.PlacementAllocation, 
 		authority.UsageVector(alloc.Capacity, reserved), authority.UsageVector(alloc.Capacity, active))
 }
 
-// CapacityUsage returns the active and reserved counts of one counter of a
+// capacityUsage returns the active and reserved counts of one counter of a
 // node lifecycle.
-func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
+func (s *Store) capacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
 	if err := s.begin(ctx); err != nil {
 		return authority.CapacityUsage{}, err
 	}

@@ -70,9 +70,9 @@ func (s *Store) dropReserved(t *txn, cur *row) {
 	t.del(s.keys.ownerRow(cur.owner, cur.key))
 }
 
-// Commit turns a reserved Spot into an active one: one Txn when the
+// commitReservation turns a reserved Spot into an active one: one Txn when the
 // reserved row is in the cache, else a read and a Txn.
-func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
+func (s *Store) commitReservation(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
 	key, err := authority.ValidateCommit(req)
 	if err != nil {
 		return authority.CommitResult{}, err
@@ -150,9 +150,9 @@ func derefCommit(r *authority.CommitResult) authority.CommitResult {
 	return *r
 }
 
-// Abort deletes a reserved row and releases its capacity: one Txn when the
+// abort deletes a reserved row and releases its capacity: one Txn when the
 // reserved row is in the cache, else a read and a Txn.
-func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
+func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
 	key, err := authority.ValidateAbort(req)
 	if err != nil {
 		return authority.AbortResult{}, err
@@ -209,9 +209,9 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	return authority.AbortResult{Kind: authority.KindStale}, nil
 }
 
-// CompleteCreation finishes a reserved Actor and publishes its creation
+// completeCreation finishes a reserved Actor and publishes its creation
 // terminal in the same Txn.
-func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
+func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
 	key, record, err := authority.ValidateCompleteCreation(req, s.clock.Now())
 	if err != nil {
 		return authority.CompleteCreationResult{}, err
@@ -340,8 +340,8 @@ func derefComplete(r *authority.CompleteCreationResult) authority.CompleteCreati
 	return *r
 }
 
-// ReadCreationTerminal returns the unexpired terminal of an operation.
-func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
+// readCreationTerminal returns the unexpired terminal of an operation.
+func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
 	if err := authority.ValidateCreationOperation(op); err != nil {
 		return authority.TerminalReadResult{}, err
 	}

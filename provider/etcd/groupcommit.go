@@ -261,6 +261,7 @@ const (
 // returns their outcomes, in order.
 func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 	outs := make([]batchOutcome, len(batch))
+	s.obs.Metrics().GroupCommit(len(batch))
 	ctx, release := batchContext(batch)
 	defer release()
 	node := batch[0].res.row.alloc.Descriptor

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// PruneCapacityEpochs deletes the capacity epoch of every node lifecycle
+// pruneCapacityEpochs deletes the capacity epoch of every node lifecycle
 // that holds no capacity entry, and returns how many it deleted.
 //
 // Every Txn that changes a capacity entry puts its node lifecycle's epoch,
@@ -34,7 +34,7 @@ import (
 // under capacity-epochs/ that names no node lifecycle is left alone and
 // reported (ErrCorrupt) once the rest is pruned. It is idempotent: after an
 // error (the count says what was deleted before it) run it again.
-func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
+func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}

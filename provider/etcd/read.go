@@ -12,8 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ReadAuthority returns the row at key (KindSnapshot) or KindMissing.
-func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
+// readAuthority returns the row at key (KindSnapshot) or KindMissing.
+func (s *Store) readAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, err
 	}
@@ -70,7 +70,9 @@ func (s *Store) cachedRow(key authority.Key, expected authority.StoreVersion) *r
 	if !ok || rev == 0 {
 		return nil
 	}
-	return s.cache.get(s.keys.row(key), rev)
+	r := s.cache.get(s.keys.row(key), rev)
+	s.obs.Metrics().RowCache(r != nil)
+	return r
 }
 
 func (s *Store) remember(r *row) { s.cache.put(s.keys.row(r.key), r) }
@@ -83,10 +85,10 @@ func (s *Store) readResult(r *row) authority.ReadResult {
 	return authority.Found(r.snapshot(now))
 }
 
-// ListAuthorities lists rows whose key starts with prefix, limit at a time,
+// listAuthorities lists rows whose key starts with prefix, limit at a time,
 // each page at the revision of the first page. A cursor expires (KindScanExpired)
 // only when etcd compacted past that revision.
-func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
+func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
 	if err := authority.ValidateScanLimit(limit); err != nil {
 		return authority.ScanResult{}, err
 	}

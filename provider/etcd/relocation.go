@@ -21,8 +21,8 @@ var _ authority.RelocationStore = Relocations{}
 // Relocation returns the store's relocation blob store.
 func (s *Store) Relocation() Relocations { return Relocations{s} }
 
-// PutNew stores data under a new reference that expires after retention.
-func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
+// putNew stores data under a new reference that expires after retention.
+func (r Relocations) putNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
 	if err := authority.ValidateBlobPut(data, retention); err != nil {
 		return authority.BlobReceipt{}, err
 	}
@@ -66,8 +66,8 @@ const blobReferenceDraws = 3
 // newBlobReference draws a relocation blob reference (replaced in tests).
 var newBlobReference = uuid.NewString
 
-// Read returns the blob (KindFound) or KindMissing once deleted or expired.
-func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
+// read returns the blob (KindFound) or KindMissing once deleted or expired.
+func (r Relocations) read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
 	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
 		return authority.BlobReadResult{}, err
 	}
@@ -95,8 +95,8 @@ func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (aut
 	return authority.BlobReadResult{Kind: authority.KindFound, Bytes: bytes.Clone(kv.Value[8:])}, nil
 }
 
-// Delete removes the blob; deleting a missing blob is not an error.
-func (r Relocations) Delete(ctx context.Context, ref authority.BlobReference) error {
+// remove removes the blob; deleting a missing blob is not an error.
+func (r Relocations) remove(ctx context.Context, ref authority.BlobReference) error {
 	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
 		return err
 	}

@@ -16,10 +16,10 @@ import (
 // its node's capacity epoch.
 const opsPerRemovedRow = 4
 
-// RemoveAllByOwner deletes every row held by owner (through the owner
+// removeAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
 // by its ModRevision. It returns how many rows it removed.
-func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
+func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err
 	}

@@ -33,11 +33,11 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 	t.put(s.keys.ownerRow(r.target.Owner, r.key), "")
 }
 
-// Reserve creates a reserved row on a live target with placement capacity.
+// reserve creates a reserved row on a live target with placement capacity.
 // Without a capacity policy it is one Txn; with one, a read of the node's
 // capacity entries and a Txn fenced on them, shared with the reservations
 // waiting on the same node (group commit).
-func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
+func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
 	key, err := authority.ValidateReserve(req)
 	if err != nil {
 		return authority.ReserveResult{}, err

@@ -5,13 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	authority "github.com/zlink-systems/authority"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 )
 
 // Default limits, matching etcd's server defaults.
@@ -86,6 +91,18 @@ type Config struct {
 
 	// SkipVersionCheck skips the server version check of New.
 	SkipVersionCheck bool
+
+	// Registerer receives the store's Prometheus metrics (nil: none; two
+	// stores on one Registerer share them).
+	Registerer prometheus.Registerer
+	// TracerProvider makes a span of every operation, a child span of each
+	// etcd round trip, and names the compare a refused write failed (nil:
+	// none).
+	TracerProvider trace.TracerProvider
+	// Logger receives the store's events: owner leases lost, keep-alives
+	// failing, usage watch restarts, compaction seen, cluster regression,
+	// prune and rebind results (nil: none).
+	Logger *slog.Logger
 }
 
 // Store is the etcd authority store. It is safe for concurrent use.
@@ -113,6 +130,9 @@ type Store struct {
 	// guard refuses every request once the cluster went back in time
 	// (regression.go).
 	guard *regressionGuard
+	// obs records operations, Txns, owner leases and usage watches (nil:
+	// nothing is recorded).
+	obs *observe.Observer
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -162,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
+		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{},
 		dialTimeout: cfg.DialTimeout,
 	}

@@ -2,10 +2,12 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
+	authority "github.com/zlink-systems/authority"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -117,16 +119,26 @@ func (s *Store) commit(ctx context.Context, t *txn, what string) (*clientv3.TxnR
 	if err := s.check(t, what); err != nil {
 		return nil, err
 	}
-	return s.batch.commit(ctx, t)
+	resp, err := s.batch.commit(ctx, t)
+	if err == nil && !resp.Succeeded {
+		s.explainFailure(ctx, t)
+	}
+	return resp, err
 }
 
 // send sends t as one Txn.
 func (s *Store) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	ctx, end := s.obs.RoundTrip(ctx, "etcd.Txn", t.ops())
 	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.thenOps()...).Else(t.els...).Commit()
 	if err != nil {
-		return nil, mapError(err, len(t.then) > 0)
+		err = s.txnFailed(err, len(t.then) > 0)
+	}
+	end(err)
+	s.obs.Metrics().TxnSent(t.ops(), t.bytes, err == nil && resp.Succeeded, err, errors.Is(err, authority.ErrOutcomeUnknown))
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
@@ -135,9 +147,14 @@ func (s *Store) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error)
 func (s *Store) read(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	ctx, end := s.obs.RoundTrip(ctx, "etcd.Txn", len(ops))
 	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return nil, mapError(err, false)
+		err = s.txnFailed(err, false)
+	}
+	end(err)
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }

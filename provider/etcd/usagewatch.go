@@ -74,6 +74,9 @@ type usageWatch struct {
 	changed chan struct{} // closed (and replaced) whenever at moves or broken is set
 	used    time.Time
 	idle    *time.Timer // drops the watch once unused for usageWatchIdle
+	// progress is the revision of the last watch response (for the lag
+	// metric).
+	progress int64
 }
 
 func newUsageWatches(s *Store) *usageWatches {
@@ -249,18 +252,23 @@ func (ws *usageWatches) start(prefix string, node authority.NodeDescriptor, life
 	}
 	if w := ws.m[prefix]; w != nil && !w.broken {
 		return
+	} else if w != nil {
+		ws.s.obs.Metrics().UsageResync()
+		ws.s.obs.Logger().Info("capacity usage watch restarted", "node", node.RID, "lifecycle", lifecycle)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &usageWatch{cancel: cancel, node: node, lifecycle: lifecycle, usage: u.clone(), at: epoch,
-		changed: make(chan struct{}), used: time.Now()}
+		changed: make(chan struct{}), used: time.Now(), progress: rev}
 	w.idle = time.AfterFunc(usageWatchIdle, func() { ws.expire(prefix, w) })
 	ws.m[prefix] = w
 	ws.wg.Add(1)
 	ws.started.Add(1)
 	ws.running.Add(1)
+	ws.s.obs.Metrics().UsageWatchStarted()
 	go func() {
 		defer ws.wg.Done()
 		defer ws.running.Add(-1)
+		defer ws.s.obs.Metrics().UsageWatchStopped()
 		// Watch can block until the client has a stream (no lock held)
 		wch := ws.s.client.Watch(clientv3.WithRequireLeader(ctx), prefix,
 			clientv3.WithRange(prefixEnd(prefix)), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
@@ -299,10 +307,13 @@ func (ws *usageWatches) follow(prefix string, w *usageWatch, wch clientv3.WatchC
 	defer w.cancel()
 	for wr := range wch {
 		if wr.Err() != nil || wr.Canceled {
+			ws.ended(w, wr)
 			break
 		}
 		ws.mu.Lock()
 		err := ws.apply(prefix, w, wr.Events)
+		w.progress = wr.Header.Revision
+		ws.measureLag()
 		ws.mu.Unlock()
 		if err != nil {
 			break
@@ -407,4 +418,29 @@ func (ws *usageWatches) close() {
 
 func (u nodeUsage) clone() nodeUsage {
 	return nodeUsage{reserved: maps.Clone(u.reserved), active: maps.Clone(u.active)}
+}
+
+// ended records why a usage watch ended (compacted, or an error).
+func (ws *usageWatches) ended(w *usageWatch, wr clientv3.WatchResponse) {
+	if wr.CompactRevision != 0 {
+		ws.s.obs.Metrics().CompactionSeen()
+		ws.s.obs.Logger().Info("capacity usage watch found its revision compacted; the next read re-reads the node",
+			"node", w.node.RID, "compactRevision", wr.CompactRevision)
+		return
+	}
+	ws.s.obs.Logger().Warn("capacity usage watch ended", "node", w.node.RID, "error", wr.Err())
+}
+
+// measureLag sets the usage-watch lag metric: how far the slowest watch is
+// behind the newest revision the store has seen (under mu).
+func (ws *usageWatches) measureLag() {
+	m := ws.s.obs.Metrics()
+	if m == nil {
+		return
+	}
+	newest, lag := ws.s.guard.floor(), int64(0)
+	for _, w := range ws.m {
+		lag = max(lag, newest-w.progress)
+	}
+	m.UsageLag(lag)
 }
