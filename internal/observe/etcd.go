@@ -41,7 +41,7 @@ func (m *Metrics) GroupCommit(n int) {
 // Retry records that op is sent again.
 func (m *Metrics) Retry(op Operation) {
 	if m != nil {
-		m.retries.WithLabelValues(string(op)).Inc()
+		m.retries.WithLabelValues(op.String()).Inc()
 	}
 }
 

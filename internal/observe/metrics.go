@@ -3,7 +3,7 @@ package observe
 import (
 	"errors"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,14 +36,10 @@ type Metrics struct {
 	compactionsSeen prometheus.Counter
 	noSpace         prometheus.Counter
 
-	// fast holds the resolved children of operations and durations, so a
-	// recorded operation does not hash its label values.
-	fast sync.Map // opKey → *opChildren
-}
-
-type opKey struct {
-	op      Operation
-	outcome string
+	// fast holds the resolved children of operations and durations by
+	// operation and outcome index, so a recorded operation neither hashes
+	// its label values nor locks.
+	fast [numOperations][len(outcomeNames)]atomic.Pointer[opChildren]
 }
 
 type opChildren struct {
@@ -131,20 +127,42 @@ func (r registrar) histogramVec(name, help string, buckets []float64, labels ...
 	return register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }
 
+// outcomeNames are the outcome label values recorded without a lookup:
+// every result kind, "ok" (an operation without one) and "error".
+var outcomeNames = [...]string{
+	"ok", outcomeError, "conflict", "alreadyExists", "typeMismatch", "placementCapacityExhausted",
+	"generationExhausted", "reserved", "committed", "alreadyCommitted", "stale", "created", "rejected",
+	"failed", "alreadyCompleted", "aborted", "alreadyAborted", "prepared", "alreadyPrepared",
+	"scanExpired", "page", "missing", "snapshot", "stored", "deleted", "found",
+}
+
+var outcomeIndex = func() map[string]int {
+	m := make(map[string]int, len(outcomeNames))
+	for i, n := range outcomeNames {
+		m[n] = i
+	}
+	return m
+}()
+
 // operation records one finished operation.
 func (m *Metrics) operation(op Operation, outcome, sentinel string, took time.Duration) {
-	k := opKey{op, outcome}
-	c, ok := m.fast.Load(k)
-	if !ok {
-		c, _ = m.fast.LoadOrStore(k, &opChildren{
-			count:    m.operations.WithLabelValues(string(op), outcome),
-			duration: m.durations.WithLabelValues(string(op)),
-		})
+	i, known := outcomeIndex[outcome]
+	if op >= numOperations || !known {
+		m.operations.WithLabelValues(op.String(), outcome).Inc()
+		m.durations.WithLabelValues(op.String()).Observe(took.Seconds())
+	} else {
+		ch := m.fast[op][i].Load()
+		if ch == nil {
+			ch = &opChildren{
+				count:    m.operations.WithLabelValues(op.String(), outcome),
+				duration: m.durations.WithLabelValues(op.String()),
+			}
+			m.fast[op][i].Store(ch)
+		}
+		ch.count.Inc()
+		ch.duration.Observe(took.Seconds())
 	}
-	ch := c.(*opChildren)
-	ch.count.Inc()
-	ch.duration.Observe(took.Seconds())
 	if sentinel != "" {
-		m.operationErrs.WithLabelValues(string(op), sentinel).Inc()
+		m.operationErrs.WithLabelValues(op.String(), sentinel).Inc()
 	}
 }

@@ -1,32 +1,48 @@
 package observe
 
 // Operation names the contract operation a metric or span is about. The set
-// is closed: they are the label values of the operation label.
-type Operation string
+// is closed: their names are the label values of the operation label.
+type Operation uint8
 
 // The contract operations.
 const (
-	OpRead              Operation = "read"
-	OpCompareExchange   Operation = "compare_exchange"
-	OpList              Operation = "list"
-	OpRemoveAllByOwner  Operation = "remove_all_by_owner"
-	OpReserve           Operation = "reserve"
-	OpCommit            Operation = "commit"
-	OpCompleteCreation  Operation = "complete_creation"
-	OpReadTerminal      Operation = "read_creation_terminal"
-	OpAbort             Operation = "abort"
-	OpPrepareAggregate  Operation = "prepare_aggregate"
-	OpCommitAggregate   Operation = "commit_aggregate"
-	OpAbortAggregate    Operation = "abort_aggregate"
-	OpCapacityUsage     Operation = "capacity_usage"
-	OpWaitForChange     Operation = "wait_for_change"
-	OpRebindRows        Operation = "rebind_rows"
-	OpPruneEpochs       Operation = "prune_capacity_epochs"
-	OpRelocationPut     Operation = "relocation_put"
-	OpRelocationRead    Operation = "relocation_read"
-	OpRelocationDelete  Operation = "relocation_delete"
-	OpOwnerLeaseAcquire Operation = "owner_lease_acquire"
+	OpRead Operation = iota
+	OpCompareExchange
+	OpList
+	OpRemoveAllByOwner
+	OpReserve
+	OpCommit
+	OpCompleteCreation
+	OpReadTerminal
+	OpAbort
+	OpPrepareAggregate
+	OpCommitAggregate
+	OpAbortAggregate
+	OpCapacityUsage
+	OpWaitForChange
+	OpRebindRows
+	OpPruneEpochs
+	OpRelocationPut
+	OpRelocationRead
+	OpRelocationDelete
+	OpOwnerLeaseAcquire
+	numOperations
 )
+
+var operationNames = [numOperations]string{
+	"read", "compare_exchange", "list", "remove_all_by_owner", "reserve", "commit", "complete_creation",
+	"read_creation_terminal", "abort", "prepare_aggregate", "commit_aggregate", "abort_aggregate",
+	"capacity_usage", "wait_for_change", "rebind_rows", "prune_capacity_epochs", "relocation_put",
+	"relocation_read", "relocation_delete", "owner_lease_acquire",
+}
+
+// String returns the operation's label value.
+func (op Operation) String() string {
+	if op < numOperations {
+		return operationNames[op]
+	}
+	return "unknown"
+}
 
 // Compare names the condition of a write that did not hold: the reason a
 // write was refused or conflicted, put on the operation's span as the

@@ -68,7 +68,8 @@ func (o *Observer) Metrics() *Metrics {
 	return o.metrics
 }
 
-// Op is one operation in progress; End it once.
+// Op is one operation in progress; End it once. The zero Op records
+// nothing.
 type Op struct {
 	o     *Observer
 	op    Operation
@@ -76,24 +77,29 @@ type Op struct {
 	span  trace.Span
 }
 
-// Start begins operation op: the returned context carries its span (when
-// tracing), and End records its outcome. On a nil Observer it returns ctx
-// and a nil *Op, whose End does nothing.
-func (o *Observer) Start(ctx context.Context, op Operation) (context.Context, *Op) {
+// Start begins operation op: End records its outcome. When ctx carries a
+// recording span (the caller traces this request), the operation gets a
+// child span, carried by the returned context; the store never starts a
+// trace of its own, so an untraced call costs no span. On a nil Observer it
+// returns ctx and the zero Op.
+func (o *Observer) Start(ctx context.Context, op Operation) (context.Context, Op) {
 	if o == nil {
-		return ctx, nil
+		return ctx, Op{}
 	}
-	p := &Op{o: o, op: op, start: time.Now()}
-	if o.tracer != nil {
-		ctx, p.span = o.tracer.Start(ctx, "authority."+string(op), trace.WithSpanKind(trace.SpanKindClient))
+	p := Op{o: o, op: op}
+	if o.metrics != nil {
+		p.start = time.Now()
+	}
+	if o.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		ctx, p.span = o.tracer.Start(ctx, "authority."+op.String(), trace.WithSpanKind(trace.SpanKindInternal))
 	}
 	return ctx, p
 }
 
 // End records the operation's outcome: kind when err is nil, else the
 // error's sentinel.
-func (p *Op) End(kind authority.ResultKind, err error) {
-	if p == nil {
+func (p Op) End(kind authority.ResultKind, err error) {
+	if p.o == nil {
 		return
 	}
 	outcome, sentinel := string(kind), ""
@@ -172,7 +178,7 @@ func (o *Observer) refused(span trace.Span, c Compare) {
 // RPC, e.g. "etcd.Txn"); end records its error. On a nil Observer, or one
 // without tracing, it returns ctx and a no-op end.
 func (o *Observer) RoundTrip(ctx context.Context, name string, ops int) (context.Context, func(error)) {
-	if o == nil || o.tracer == nil {
+	if o == nil || o.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, endNothing
 	}
 	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),

@@ -189,7 +189,9 @@ func percentile(sorted []time.Duration, q float64) float64 {
 func benchStore(b *testing.B, c *clientv3.Client, nodes int) *etcdstore.Store {
 	b.Helper()
 	ctx := context.Background()
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: etcdtest.Namespace()})
+	cfg := etcdstore.Config{Client: c, Namespace: etcdtest.Namespace()}
+	benchObservability(&cfg)
+	s, err := etcdstore.New(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -74,6 +74,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 
 // spanWorld is two stores on one namespace; the first traces into spans.
 type spanWorld struct {
+	ctx    context.Context // carries a recording root span
 	fx     *conformance.Fixture
 	s1, s2 *etcdstore.Store
 	spans  *tracetest.InMemoryExporter
@@ -88,7 +89,9 @@ func newSpanWorld(t *testing.T) spanWorld {
 	ns, reg := etcdtest.Namespace(), prometheus.NewPedanticRegistry()
 	s1 := newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: ns, TracerProvider: tp, Registerer: reg})
 	s2 := newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: ns})
-	return spanWorld{fx: conformance.NewFixture(t, harnessFor(s1, clock)), s1: s1, s2: s2, spans: exp, reg: reg}
+	ctx, root := tp.Tracer("test").Start(t.Context(), "request")
+	t.Cleanup(func() { root.End() })
+	return spanWorld{ctx: ctx, fx: conformance.NewFixture(t, harnessFor(s1, clock)), s1: s1, s2: s2, spans: exp, reg: reg}
 }
 
 // failedCompare returns the failed_compare attribute of the last span named
@@ -131,7 +134,7 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 		res, err := w.s2.CompareExchangeAuthority(t.Context(), key, snap.StoreVersion, authority.Put([]byte("other")))
 		require.NoError(t, err)
 		require.Equal(t, authority.KindStored, res.Kind)
-		res, err = w.s1.CompareExchangeAuthority(t.Context(), key, snap.StoreVersion, authority.Put([]byte("stale")))
+		res, err = w.s1.CompareExchangeAuthority(w.ctx, key, snap.StoreVersion, authority.Put([]byte("stale")))
 		require.NoError(t, err)
 		require.Equal(t, authority.KindConflict, res.Kind)
 		compare, trips := w.failedCompare(t, "authority.compare_exchange")
@@ -143,7 +146,7 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 		w := newSpanWorld(t)
 		key, snap := w.spot(t, "ol")
 		w.fx.SetLive(conformance.TargetA, false)
-		res, err := w.s1.CompareExchangeAuthority(t.Context(), key, snap.StoreVersion, authority.Put([]byte("after the lease")))
+		res, err := w.s1.CompareExchangeAuthority(w.ctx, key, snap.StoreVersion, authority.Put([]byte("after the lease")))
 		require.NoError(t, err)
 		require.NotEqual(t, authority.KindStored, res.Kind)
 		compare, _ := w.failedCompare(t, "authority.compare_exchange")
@@ -152,13 +155,13 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 	t.Run("aggregate_record", func(t *testing.T) {
 		w := newSpanWorld(t)
 		req := moveRequest(t, w.fx)
-		prep, err := w.s1.PrepareAggregate(t.Context(), req)
+		prep, err := w.s1.PrepareAggregate(w.ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, authority.KindPrepared, prep.Kind)
 		aborted, err := w.s2.AbortAggregate(t.Context(), req.Fence())
 		require.NoError(t, err)
 		require.Equal(t, authority.KindAborted, aborted.Kind)
-		_, err = w.s1.CommitAggregate(t.Context(), req.Fence())
+		_, err = w.s1.CommitAggregate(w.ctx, req.Fence())
 		require.NoError(t, err)
 		compare, _ := w.failedCompare(t, "authority.commit_aggregate")
 		require.Equal(t, "aggregate_record", compare)
@@ -176,7 +179,7 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 			}
 			return true
 		}))
-		prep, err := w.s1.PrepareAggregate(t.Context(), req)
+		prep, err := w.s1.PrepareAggregate(w.ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, authority.KindPrepared, prep.Kind)
 		require.True(t, moved, "the policy was asked")
@@ -186,7 +189,7 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 	t.Run("limit", func(t *testing.T) {
 		w := newSpanWorld(t)
 		w.s1.SetCapacityPolicy(conformance.ActorLimit(0))
-		res, err := w.s1.Reserve(t.Context(), w.fx.ReserveRequest(authority.ObjectActor, "full", conformance.TargetA))
+		res, err := w.s1.Reserve(w.ctx, w.fx.ReserveRequest(authority.ObjectActor, "full", conformance.TargetA))
 		require.NoError(t, err)
 		require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
 		compare, _ := w.failedCompare(t, "authority.reserve")

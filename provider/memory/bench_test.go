@@ -24,10 +24,16 @@ func BenchmarkMemory(b *testing.B) {
 	}
 }
 
+// benchOptions sets the options of the stores benchStore makes
+// (BenchmarkObservability switches it).
+var benchOptions = func(*Options) {}
+
 func benchStore() *Store {
 	live := NewLiveSet()
 	live.Set(nodeA, 1, ownerA, true)
-	return New(Options{Liveness: live})
+	opts := Options{Liveness: live}
+	benchOptions(&opts)
+	return New(opts)
 }
 
 // benchRequest is a Spot reservation request on node A; its ID is set per op.

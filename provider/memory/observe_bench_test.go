@@ -1,0 +1,40 @@
+package memory
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// BenchmarkObservability measures what metrics and tracing cost on the CAS
+// benchmark, off and on, in one run (docs/performance.md).
+//
+//	go test -run='^$' -bench=BenchmarkObservability -count=5 ./provider/memory/
+func BenchmarkObservability(b *testing.B) {
+	traced := func(sampler sdktrace.Sampler) func(*Options) {
+		return func(o *Options) {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			o.Registerer, o.TracerProvider = prometheus.NewRegistry(), tp
+		}
+	}
+	modes := []struct {
+		name string
+		set  func(*Options)
+	}{
+		{"off", func(*Options) {}},
+		{"metrics", func(o *Options) { o.Registerer = prometheus.NewRegistry() }},
+		{"metrics+traces-1pct", traced(sdktrace.TraceIDRatioBased(0.01))},
+		{"metrics+traces-all", traced(sdktrace.AlwaysSample())},
+	}
+	for _, m := range modes {
+		b.Run("cas/"+m.name, func(b *testing.B) {
+			benchOptions = m.set
+			defer func() { benchOptions = func(*Options) {} }()
+			benchCAS(b)
+		})
+	}
+}
