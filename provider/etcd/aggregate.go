@@ -7,6 +7,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/internal/observe"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -38,6 +39,7 @@ func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePre
 	conflict := authority.PrepareAggregateResult{Kind: authority.KindConflict}
 	fullRange := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		s.retrying(observe.OpPrepareAggregate, attempt)
 		policy := s.capacityPolicy()
 		gets := make([]clientv3.Op, len(req.Participants))
 		for i, p := range req.Participants {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -261,6 +262,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 		cur = nil
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		s.retrying(observe.OpCompleteCreation, attempt)
 		if cur == nil {
 			resp, err := s.read(ctx, opGet(rowKey), opGet(resKey), opGet(termKey))
 			if err != nil {

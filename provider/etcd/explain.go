@@ -131,3 +131,11 @@ func (l layout) compareKind(key string) observe.Compare {
 	}
 	return observe.CompareRowVersion
 }
+
+// retrying counts attempt (from 0) of op's optimistic loop as a retry when
+// it is not the first.
+func (s *Store) retrying(op observe.Operation, attempt int) {
+	if attempt > 0 {
+		s.obs.Metrics().Retry(op)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/internal/observe"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -452,6 +453,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		}
 		if !resp.Succeeded {
 			conflicts++
+			s.retrying(observe.OpReserve, conflicts)
 			if conflicts >= maxAttempts {
 				fail(waiting, authority.Wrap(authority.ErrUnavailable, "reserve gave up after repeated capacity contention", errContention))
 				break

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -64,6 +65,7 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 	revoke := func() { s.revokeDetached(ctx, grant.ID) }
 	genKey := s.keys.ownerGen(ownerID)
 	for attempt := 0; ; attempt++ {
+		s.retrying(observe.OpOwnerLeaseAcquire, attempt)
 		if attempt == maxAttempts {
 			revoke()
 			return nil, authority.Wrap(authority.ErrUnavailable, "owner generation contention", errContention)
@@ -185,6 +187,7 @@ func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) 
 			key := authority.Key(string(kv.Key)[len(prefix):])
 			settled := false
 			for attempt := 0; attempt < maxAttempts && !settled; attempt++ {
+				s.retrying(observe.OpRebindRows, attempt)
 				cur, err := s.ReadAuthority(ctx, key)
 				if err != nil {
 					return moved, err
