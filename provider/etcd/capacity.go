@@ -55,10 +55,10 @@ func (s *Store) capacityRangeOp(node authority.NodeDescriptor, lifecycle int64) 
 }
 
 // capacityKvs returns every capacity entry of a node lifecycle at resp's
-// revision: the i-th response of resp (a capacityRangeOp) and, when it was
-// cut at capacityPage, the following pages read at the same revision.
-func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, i int, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
-	r := resp.Responses[i].GetResponseRange()
+// revision: the response of the capacityRangeOp read h and, when it was cut
+// at capacityPage, the following pages read at the same revision.
+func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h rangeRead, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
+	r := h.in(resp)
 	if !r.More || len(r.Kvs) == 0 {
 		return r.Kvs, nil
 	}
@@ -123,11 +123,12 @@ func (s *Store) capacityUsage(ctx context.Context, node authority.NodeDescriptor
 	}
 	var kvs []*mvccpb.KeyValue
 	for attempt := 0; ; attempt++ {
-		resp, err := s.read(ctx, s.capacityRangeOp(node, lifecycleGeneration))
+		ops, entries := addRead(nil, s.capacityRangeOp(node, lifecycleGeneration))
+		resp, err := s.read(ctx, ops...)
 		if err != nil {
 			return authority.CapacityUsage{}, err
 		}
-		if kvs, err = s.capacityKvs(ctx, resp, 0, node, lifecycleGeneration); err == nil {
+		if kvs, err = s.capacityKvs(ctx, resp, entries, node, lifecycleGeneration); err == nil {
 			break
 		} else if !errors.Is(err, rpctypes.ErrCompacted) || attempt == 2 {
 			return authority.CapacityUsage{}, err

@@ -68,7 +68,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		return authority.CompareExchangeResult{}, err
 	}
 	if !resp.Succeeded {
-		r, err := s.rowFrom(resp, 0, key)
+		r, err := s.rowIn(readsOf(resp), key)
 		if err != nil {
 			return authority.CompareExchangeResult{}, err
 		}

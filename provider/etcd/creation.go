@@ -83,11 +83,12 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 	}
 	rowKey, resKey := s.keys.row(key), s.keys.reservation(req.ReservationID)
 	decide := func(resp *clientv3.TxnResponse) (*row, *authority.CommitResult, error) {
-		cur, err := s.rowFrom(resp, 0, key)
+		got := readsOf(resp)
+		cur, err := s.rowIn(got, key)
 		if err != nil {
 			return nil, nil, err
 		}
-		state, err := s.reservationState(firstKv(resp, 1))
+		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -168,14 +169,15 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 		if err != nil {
 			return authority.AbortResult{}, err
 		}
-		state, err := s.reservationState(firstKv(resp, 1))
+		got := readsOf(resp)
+		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return authority.AbortResult{}, err
 		}
 		if state == reservationAborted {
 			return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
 		}
-		if cur, err = s.rowFrom(resp, 0, key); err != nil {
+		if cur, err = s.rowIn(got, key); err != nil {
 			return authority.AbortResult{}, err
 		}
 		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
@@ -200,7 +202,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if resp.Succeeded {
 		return authority.AbortResult{Kind: authority.KindAborted}, nil
 	}
-	state, err := s.reservationState(firstKv(resp, 0))
+	state, err := s.reservationState(readsOf(resp)[resKey])
 	if err != nil {
 		return authority.AbortResult{}, err
 	}
@@ -225,10 +227,10 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 	// creation terminal, target liveness) read together; it returns the
 	// outcome, or the row and the ModRevision of an expired creation terminal
 	// to overwrite when the completion can apply.
-	decide := func(resp *clientv3.TxnResponse) (*row, int64, *authority.CompleteCreationResult, error) {
-		now := s.clock.Now()
+	decide := func(resp *clientv3.TxnResponse, liveKey string) (*row, int64, *authority.CompleteCreationResult, error) {
+		got, now := readsOf(resp), s.clock.Now()
 		var termRev int64
-		if kv := firstKv(resp, 2); kv != nil {
+		if kv := got[termKey]; kv != nil {
 			existing, err := decodeTerminal(kv)
 			if err != nil {
 				return nil, 0, nil, err
@@ -238,19 +240,20 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 			}
 			termRev = kv.ModRevision
 		}
-		state, err := s.reservationState(firstKv(resp, 1))
+		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return nil, 0, nil, err
 		}
 		if state != "" && state != reservationAborted {
 			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 		}
-		cur, err := s.rowFrom(resp, 0, key)
+		cur, err := s.rowIn(got, key)
 		if err != nil {
 			return nil, 0, nil, err
 		}
+		// liveKey ("": not read) is the owner's liveness, read by the Txn
 		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) ||
-			(len(resp.Responses) > 3 && firstKv(resp, 3) == nil) {
+			(liveKey != "" && got[liveKey] == nil) {
 			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 		}
 		return cur, termRev, nil, nil
@@ -268,7 +271,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 			if err != nil {
 				return authority.CompleteCreationResult{}, err
 			}
-			c, rev, out, err := decide(resp)
+			c, rev, out, err := decide(resp, "")
 			if err != nil || out != nil {
 				return derefComplete(out), err
 			}
@@ -325,7 +328,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 			}
 			return out, nil
 		}
-		c, rev, out, err := decide(resp)
+		c, rev, out, err := decide(resp, liveKey)
 		if err != nil || out != nil {
 			return derefComplete(out), err
 		}
@@ -355,7 +358,7 @@ func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationO
 		return authority.TerminalReadResult{}, err
 	}
 	now := s.clock.Now()
-	kv := firstKv(resp, 0)
+	kv := readsOf(resp)[s.keys.terminal(op)]
 	if kv == nil {
 		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
 	}

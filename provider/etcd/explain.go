@@ -39,21 +39,22 @@ func (s *Store) explainFailure(ctx context.Context, t *txn) {
 	if len(t.cmps) == 0 || !s.obs.Explaining(ctx) {
 		return
 	}
-	gets := make([]clientv3.Op, len(t.cmps))
+	var gets []clientv3.Op
+	compared := make([]rangeRead, len(t.cmps))
 	for i := range t.cmps {
 		c := t.cmps[i].GetCompare()
 		var opts []clientv3.OpOption
 		if len(c.RangeEnd) > 0 {
 			opts = append(opts, clientv3.WithRange(string(c.RangeEnd)))
 		}
-		gets[i] = clientv3.OpGet(string(c.Key), opts...)
+		gets, compared[i] = addRead(gets, clientv3.OpGet(string(c.Key), opts...))
 	}
 	resp, err := s.read(ctx, gets...)
 	if err != nil {
 		return
 	}
 	for i := range t.cmps {
-		if c := t.cmps[i].GetCompare(); !cmpHolds(c, rangeKvs(resp, i)) {
+		if c := t.cmps[i].GetCompare(); !cmpHolds(c, compared[i].in(resp).Kvs) {
 			s.obs.Refused(ctx, s.keys.compareKind(string(c.Key)))
 			return
 		}

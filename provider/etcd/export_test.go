@@ -43,7 +43,7 @@ func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64
 // watched or its watch could not catch up.
 func WatchedUsage(ctx context.Context, s *Store, node authority.NodeDescriptor, lifecycle int64, kind authority.ObjectKind, stableType string) (authority.CapacityUsage, bool, error) {
 	ops, ur := s.addUsageReads(nil, node, lifecycle, false)
-	if ur.rangeIx >= 0 {
+	if ur.ranged {
 		return authority.CapacityUsage{}, false, nil
 	}
 	resp, err := s.read(ctx, ops...)

@@ -208,37 +208,32 @@ func batchContext(batch []*reserveWaiter) (context.Context, func()) {
 	}
 }
 
-// snapshotLayout is where a batch's reads sit in a read Txn's responses (or a
-// failed write Txn's Else responses): a row per pending request, each
-// distinct liveness key once, then the node's usage reads (its capacity
-// epoch, and its capacity range unless its usage is watched: usagewatch.go).
-type snapshotLayout struct {
+// snapshotReads are the reads a batch's decision needs, in a read Txn (or a
+// failed write Txn's Else): the
+// row of each pending request and each distinct liveness key, found by key,
+// then the node's usage reads (its capacity epoch, and its capacity range
+// unless its usage is watched: usagewatch.go).
+type snapshotReads struct {
 	ops   []clientv3.Op
-	row   []int // per pending request
-	live  []int // per pending request
 	usage usageRead
 	bytes int // the request bytes of ops
 }
 
-func (s *Store) layoutFor(pending []int, batch []*reserveWaiter, fullRange bool) snapshotLayout {
-	l := snapshotLayout{row: make([]int, len(batch)), live: make([]int, len(batch))}
-	rows := map[string]int{}
-	lives := map[string]int{}
-	idx := func(seen map[string]int, key string) int {
-		if i, ok := seen[key]; ok {
-			return i
+func (s *Store) snapshotReadsFor(pending []int, batch []*reserveWaiter, fullRange bool) snapshotReads {
+	var l snapshotReads
+	seen := map[string]bool{}
+	read := func(key string) {
+		if !seen[key] {
+			seen[key] = true
+			l.ops = append(l.ops, opGet(key))
 		}
-		seen[key] = len(l.ops)
-		l.ops = append(l.ops, opGet(key))
-		return len(l.ops) - 1
+	}
+	for _, i := range pending {
+		read(s.keys.row(batch[i].res.key))
 	}
 	for _, i := range pending {
 		r := batch[i].res
-		l.row[i] = idx(rows, s.keys.row(r.key))
-	}
-	for _, i := range pending {
-		r := batch[i].res
-		l.live[i] = idx(lives, s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
+		read(s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
 	}
 	r := batch[pending[0]].res
 	l.ops, l.usage = s.addUsageReads(l.ops, r.row.alloc.Descriptor, r.target.NodeLifecycleGeneration, fullRange)
@@ -277,7 +272,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		pending = append(pending, i)
 	}
 	var snap *clientv3.TxnResponse // the reads of layout at snap.Header.Revision
-	var layout snapshotLayout
+	var layout snapshotReads
 	conflicts, rereads := 0, 0
 	fullRange := false // read the node's capacity range, watched or not
 	prefix := s.keys.capacityNode(node, lifecycle)
@@ -323,7 +318,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 				pending = []int{solo}
 			}
 			solo = -1
-			layout = s.layoutFor(pending, batch, fullRange)
+			layout = s.snapshotReadsFor(pending, batch, fullRange)
 			resp, err := s.read(ctx, layout.ops...)
 			if err != nil && len(pending) > 1 && receiveTooLarge(err) {
 				// the rows of the whole batch do not fit one response: decide
@@ -359,14 +354,15 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		admittedKeys := map[authority.Key]bool{}
 		decisions := make([]decision, len(batch))
 		var admitted []int
+		got := readsOf(snap)
 		for _, i := range pending {
 			w := batch[i]
-			cur, err := s.rowFrom(snap, layout.row[i], w.res.key)
+			cur, err := s.rowIn(got, w.res.key)
 			if err != nil {
 				outs[i].err, decisions[i] = err, decideRefused
 				continue
 			}
-			if cur != nil || firstKv(snap, layout.live[i]) == nil {
+			if cur != nil || got[w.res.liveKey(s)] == nil {
 				if admittedKeys[w.res.key] {
 					decisions[i] = decideDeferred // sees the admitted row next round
 					continue
@@ -394,7 +390,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 				if len(admitted) == 0 && solo < 0 {
 					// it would be first in any Txn: with its own reads alone it
 					// fits or never will
-					if own := s.layoutFor([]int{i}, batch, false); !s.fitsWith(t, one, own) {
+					if own := s.snapshotReadsFor([]int{i}, batch, false); !s.fitsWith(t, one, own) {
 						outs[i].err, decisions[i] = s.tooLargeWithReads(one, own), decideRefused
 						continue
 					}
@@ -435,7 +431,8 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 				waiting = append(waiting, i)
 			}
 		}
-		elseLayout := s.layoutFor(waiting, batch, false)
+		elseLayout := s.snapshotReadsFor(waiting, batch, false)
+		elseLayout.usage.capacity.at += len(t.els) // after t's own Else reads
 		t.els = append(t.els, elseLayout.ops...)
 		t.bytes += elseLayout.bytes
 		resp, err := s.commit(ctx, t, "the reservations")
@@ -487,7 +484,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 // tooLargeWithReads is the error of a reservation that fits the Txn limits
 // alone but not with the capacity fence and its own snapshot reads, which
 // every Txn that admits it carries.
-func (s *Store) tooLargeWithReads(one *txn, own snapshotLayout) error {
+func (s *Store) tooLargeWithReads(one *txn, own snapshotReads) error {
 	probe := &txn{}
 	merge(probe, one)
 	probe.cmps = append(probe.cmps, clientv3.Compare(clientv3.ModRevision(""), "<", 0)) // the fence
@@ -511,7 +508,7 @@ var errBatchStopped = errors.New("reservation batch stopped before this request 
 
 // fitsWith reports whether t plus one, the capacity fence and the Else reads
 // (at most those of l) stay within the Txn limits.
-func (s *Store) fitsWith(t, one *txn, l snapshotLayout) bool {
+func (s *Store) fitsWith(t, one *txn, l snapshotReads) bool {
 	cmps := len(t.cmps) + len(one.cmps) + 1
 	then := len(t.then) + len(one.then) + len(t.touches)
 	for _, k := range one.touches {

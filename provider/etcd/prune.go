@@ -53,6 +53,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 		}
 		var epochs, nodes []string
 		var looks []clientv3.Op
+		var ranges []rangeRead
 		for _, kv := range page.Kvs {
 			node, err := s.epochNode(string(kv.Key))
 			if err != nil {
@@ -60,7 +61,9 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 				continue
 			}
 			epochs, nodes = append(epochs, string(kv.Key)), append(nodes, node)
-			looks = append(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+			var h rangeRead
+			looks, h = addRead(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+			ranges = append(ranges, h)
 		}
 		if len(looks) > 0 {
 			held, err := s.read(ctx, looks...)
@@ -69,7 +72,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 			}
 			t := &txn{}
 			for i, epoch := range epochs {
-				if len(rangeKvs(held, i)) > 0 {
+				if len(ranges[i].in(held).Kvs) > 0 {
 					continue // the node holds capacity: its epoch stays
 				}
 				bytes := 2*len(epoch) + 2*len(nodes[i]) + 3*opOverhead
@@ -110,7 +113,9 @@ func (s *Store) sendPrune(ctx context.Context, t *txn) (int, error) {
 	n := 0
 	for _, r := range resp.Responses {
 		if sub := r.GetResponseTxn(); sub != nil && sub.Succeeded {
-			n += int(sub.Responses[0].GetResponseDeleteRange().Deleted)
+			for _, op := range sub.Responses {
+				n += int(op.GetResponseDeleteRange().GetDeleted())
+			}
 		}
 	}
 	return n, nil

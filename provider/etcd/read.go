@@ -9,7 +9,6 @@ import (
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // readAuthority returns the row at key (KindSnapshot) or KindMissing.
@@ -57,10 +56,9 @@ func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) 
 	return r, nil
 }
 
-// rowFrom decodes the first key-value of the i-th range response as the row
-// at key (nil when missing).
-func (s *Store) rowFrom(resp *clientv3.TxnResponse, i int, key authority.Key) (*row, error) {
-	return s.decodeRow(key, firstKv(resp, i))
+// rowIn decodes the row at key from got (nil when missing).
+func (s *Store) rowIn(got keyedReads, key authority.Key) (*row, error) {
+	return s.decodeRow(key, got[s.keys.row(key)])
 }
 
 // cachedRow returns the row at key in the state named by expected, from the

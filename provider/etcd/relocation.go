@@ -77,11 +77,12 @@ func (r Relocations) read(ctx context.Context, ref authority.BlobReference) (aut
 	if _, err := uuid.Parse(string(ref)); err != nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	resp, err := r.s.read(ctx, opGet(r.s.keys.blob(string(ref))))
+	blobKey := r.s.keys.blob(string(ref))
+	resp, err := r.s.read(ctx, opGet(blobKey))
 	if err != nil {
 		return authority.BlobReadResult{}, err
 	}
-	kv := firstKv(resp, 0)
+	kv := readsOf(resp)[blobKey]
 	if kv == nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}

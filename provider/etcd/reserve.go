@@ -19,6 +19,11 @@ type reservation struct {
 	row    *row
 }
 
+// liveKey is the liveness key of r's target owner.
+func (r *reservation) liveKey(s *Store) string {
+	return s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner)
+}
+
 // addReserve appends one reservation's conditions and writes to t: the row
 // is absent, the target owner is live; the row, its reserved capacity entry
 // and its owner index entry are written. Several reservations (of distinct
@@ -81,7 +86,7 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		return authority.ReserveResult{}, err
 	}
 	if !resp.Succeeded {
-		cur, err := s.rowFrom(resp, 0, key)
+		cur, err := s.rowIn(readsOf(resp), key)
 		if err != nil {
 			return authority.ReserveResult{}, err
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -159,21 +160,50 @@ func (s *Store) read(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResp
 	return resp, nil
 }
 
-// rangeKvs returns the key-values of the i-th response of a Txn, which must be
-// a range.
-func rangeKvs(resp *clientv3.TxnResponse, i int) []*mvccpbKV {
-	return resp.Responses[i].GetResponseRange().Kvs
+// reads are the key-values a Txn's single-key reads returned, by key: a
+// read is found by the key it read, never by where its response sits (as
+// etcd's stm.go does). A key that was read and is absent has no entry.
+type keyedReads map[string]*mvccpbKV
+
+// readsOf indexes every range response of resp by key.
+func readsOf(resp *clientv3.TxnResponse) keyedReads {
+	m := make(keyedReads, len(resp.Responses))
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			m[string(kv.Key)] = kv
+		}
+	}
+	return m
 }
 
-type mvccpbKV = mvccpb.KeyValue
-
-// firstKv returns the first key-value of the i-th range response, or nil.
-func firstKv(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
-	if kvs := rangeKvs(resp, i); len(kvs) > 0 {
-		return kvs[0]
+// kvNamed returns the key-value a single-key read of key in resp returned
+// (nil: absent, or not read).
+func kvNamed(resp *clientv3.TxnResponse, key string) *mvccpbKV {
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			if string(kv.Key) == key {
+				return kv
+			}
+		}
 	}
 	return nil
 }
+
+// rangeRead is a handle to one range read of a Txn: what adds the read
+// returns it, and the read's response is found through it.
+type rangeRead struct{ at int }
+
+// addRead appends op to ops and returns the handle of its response.
+func addRead(ops []clientv3.Op, op clientv3.Op) ([]clientv3.Op, rangeRead) {
+	return append(ops, op), rangeRead{at: len(ops)}
+}
+
+// in returns the handle's response in resp.
+func (h rangeRead) in(resp *clientv3.TxnResponse) *etcdserverpb.RangeResponse {
+	return resp.Responses[h.at].GetResponseRange()
+}
+
+type mvccpbKV = mvccpb.KeyValue
 
 // modRevIs compares a key's ModRevision (0: the key is absent).
 func modRevIs(key string, rev int64) clientv3.Cmp {

@@ -83,25 +83,26 @@ func newUsageWatches(s *Store) *usageWatches {
 	return &usageWatches{s: s, m: map[string]*usageWatch{}}
 }
 
-// usageRead locates a node's usage reads in a read Txn (or a failed Txn's
-// Else): its capacity epoch, and its capacity range when the usage is not
-// watched (rangeIx -1 otherwise).
+// usageRead names a node's usage reads in a read Txn (or a failed Txn's
+// Else): its capacity epoch, by key, and its capacity range, by handle, when
+// the usage is not watched (ranged false otherwise).
 type usageRead struct {
 	node      authority.NodeDescriptor
 	lifecycle int64
-	epochIx   int
-	rangeIx   int
+	epochKey  string
+	ranged    bool
+	capacity  rangeRead
 }
 
 // addUsageReads appends to ops what a decision on node's usage needs to read:
 // the node's capacity epoch, and its capacity range when the usage is not
 // watched or fullRange is set.
 func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, lifecycle int64, fullRange bool) ([]clientv3.Op, usageRead) {
-	ur := usageRead{node: node, lifecycle: lifecycle, epochIx: len(ops), rangeIx: -1}
-	ops = append(ops, clientv3.OpGet(s.keys.capacityEpoch(node, lifecycle), clientv3.WithKeysOnly()))
+	ur := usageRead{node: node, lifecycle: lifecycle, epochKey: s.keys.capacityEpoch(node, lifecycle)}
+	ops = append(ops, clientv3.OpGet(ur.epochKey, clientv3.WithKeysOnly()))
 	if fullRange || !s.usage.watched(s.keys.capacityNode(node, lifecycle)) {
-		ur.rangeIx = len(ops)
-		ops = append(ops, s.capacityRangeOp(node, lifecycle))
+		ur.ranged = true
+		ops, ur.capacity = addRead(ops, s.capacityRangeOp(node, lifecycle))
 	}
 	return ops, ur
 }
@@ -109,7 +110,7 @@ func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, 
 // epochOf returns the capacity epoch read at ur in resp: the revision of the
 // node's last capacity change (0: none since the layout had epochs).
 func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
-	if kv := firstKv(resp, ur.epochIx); kv != nil {
+	if kv := kvNamed(resp, ur.epochKey); kv != nil {
 		return kv.ModRevision
 	}
 	return 0
@@ -123,8 +124,8 @@ func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
 func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usageRead) (u nodeUsage, epoch int64, ok bool, err error) {
 	epoch = epochOf(resp, ur)
 	prefix := s.keys.capacityNode(ur.node, ur.lifecycle)
-	if ur.rangeIx >= 0 {
-		kvs, err := s.capacityKvs(ctx, resp, ur.rangeIx, ur.node, ur.lifecycle)
+	if ur.ranged {
+		kvs, err := s.capacityKvs(ctx, resp, ur.capacity, ur.node, ur.lifecycle)
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return nodeUsage{}, 0, false, nil // read again, at a newer revision
 		}
