@@ -137,7 +137,7 @@ func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePre
 		reserved.State = authority.AllocationReserved
 		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(reserved.State, req.Capacity))
 		s.touchCapacity(t, reserved)
-		tresp, err := s.commit(ctx, t, "the aggregate prepare")
+		tresp, err := s.sendWrite(ctx, t, "the aggregate prepare")
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
 		}
@@ -297,7 +297,7 @@ func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *a
 		tt.put(aggKey, done.encode(), clientv3.WithLease(ids[0]))
 		tt.orGet(aggKey)
 		var err error
-		resp, err = s.commit(ctx, tt, what)
+		resp, err = s.sendWrite(ctx, tt, what)
 		return err
 	})
 	return resp, err

@@ -327,18 +327,12 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	// The Txn is for the members still waiting: it ends early only when all
 	// of them gave up. It carries the values (gRPC metadata, tracing) of the
 	// first member's context.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	defer cancel()
-	waiting := atomic.Int32{}
-	waiting.Store(int32(len(batch)))
-	for _, q := range batch {
-		stop := context.AfterFunc(q.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+	callers := make([]context.Context, len(batch))
+	for i, q := range batch {
+		callers[i] = q.ctx
 	}
+	ctx, release := allEnded(callers)
+	defer release()
 	if len(batch) == 1 {
 		q := batch[0]
 		q.resp, q.err = b.send(ctx, q.t)

@@ -63,7 +63,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		next.payload = m.Payload
 		t.put(rowKey, next.encode(false))
 	}
-	resp, err := s.commit(ctx, t, "the compare-exchange")
+	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {
 		return authority.CompareExchangeResult{}, err
 	}

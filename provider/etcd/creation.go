@@ -124,7 +124,7 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		t.orGet(rowKey)
 		t.orGet(resKey)
 		var err error
-		resp, err = s.commit(ctx, t, "the commit")
+		resp, err = s.sendWrite(ctx, t, "the commit")
 		return err
 	})
 	if err != nil {
@@ -193,7 +193,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 		t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
 		t.orGet(resKey)
 		var err error
-		resp, err = s.commit(ctx, t, "the abort")
+		resp, err = s.sendWrite(ctx, t, "the abort")
 		return err
 	})
 	if err != nil {
@@ -313,7 +313,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 			t.orGet(termKey)
 			t.orGet(liveKey)
 			var err error
-			resp, err = s.commit(ctx, t, "the creation completion")
+			resp, err = s.sendWrite(ctx, t, "the creation completion")
 			return err
 		})
 		if err != nil {

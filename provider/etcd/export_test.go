@@ -22,9 +22,9 @@ func ForgetRows(s *Store) { s.cache = newRowCache(4096) }
 // QueuedReservations is how many reservations of s on node (at lifecycle)
 // wait in its group commit queue, not yet taken by a batch (groupcommit.go).
 func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64) int {
-	reserveGroups.mu.Lock()
-	defer reserveGroups.mu.Unlock()
-	q := reserveGroups.m[groupKey{s, s.keys.capacityNode(node, lifecycle)}]
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	q := s.groups.m[s.keys.capacityNode(node, lifecycle)]
 	if q == nil {
 		return 0
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
@@ -41,20 +40,15 @@ import (
 // revision, and the round is decided again from them, without a new read: a
 // conflicting request drops out and the others go on.
 
-// reserveGroups holds the queue of every (store, node lifecycle) with a
+// reserveGroups holds a store's queue of every node lifecycle with a
 // reservation in flight; an idle queue is removed, so nothing outlives its
 // requests.
-var reserveGroups = struct {
+type reserveGroups struct {
 	mu sync.Mutex
-	m  map[groupKey]*nodeQueue
-}{m: map[groupKey]*nodeQueue{}}
-
-type groupKey struct {
-	s    *Store
-	node string // capacityNode prefix
+	m  map[string]*nodeQueue // by capacityNode prefix
 }
 
-// nodeQueue is the waiters of one node lifecycle, under reserveGroups.mu.
+// nodeQueue is the waiters of one node lifecycle, under s.groups.mu.
 type nodeQueue struct {
 	leading bool
 	waiters []*reserveWaiter
@@ -75,7 +69,7 @@ type reserveWaiter struct {
 	res  *reservation
 	wake chan struct{} // buffered: promoted, or the outcome is set
 
-	// under reserveGroups.mu
+	// under s.groups.mu
 	state waiterState
 	done  bool
 	out   authority.ReserveResult
@@ -89,13 +83,13 @@ func (s *Store) reserveBatchMax() int { return max(1, (s.maxOps-1)/3) }
 
 // reserveGrouped reserves res through the node's group commit queue.
 func (s *Store) reserveGrouped(ctx context.Context, req authority.ReserveRequest, res *reservation) (authority.ReserveResult, error) {
-	gk := groupKey{s, s.keys.capacityNode(res.row.alloc.Descriptor, res.target.NodeLifecycleGeneration)}
+	gk := s.keys.capacityNode(res.row.alloc.Descriptor, res.target.NodeLifecycleGeneration)
 	w := &reserveWaiter{ctx: ctx, req: req, res: res, wake: make(chan struct{}, 1)}
-	reserveGroups.mu.Lock()
-	q := reserveGroups.m[gk]
+	s.groups.mu.Lock()
+	q := s.groups.m[gk]
 	if q == nil {
 		q = &nodeQueue{}
-		reserveGroups.m[gk] = q
+		s.groups.m[gk] = q
 	}
 	q.waiters = append(q.waiters, w)
 	lead := !q.leading
@@ -103,34 +97,34 @@ func (s *Store) reserveGrouped(ctx context.Context, req authority.ReserveRequest
 		q.leading = true
 		w.state = waiterLeader
 	}
-	reserveGroups.mu.Unlock()
+	s.groups.mu.Unlock()
 	for !lead {
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 		}
-		reserveGroups.mu.Lock()
+		s.groups.mu.Lock()
 		switch {
 		case w.done:
-			reserveGroups.mu.Unlock()
+			s.groups.mu.Unlock()
 			return w.out, w.err
 		case w.state == waiterLeader:
-			reserveGroups.mu.Unlock()
+			s.groups.mu.Unlock()
 			lead = true
 		case ctx.Err() != nil && w.state == waiterQueued:
 			q.remove(w)
-			reserveGroups.mu.Unlock()
+			s.groups.mu.Unlock()
 			return authority.ReserveResult{}, notSentWhile(ctx.Err(), "its node's reservation batch")
 		case ctx.Err() != nil: // taken: the batch may still write it
-			reserveGroups.mu.Unlock()
+			s.groups.mu.Unlock()
 			return authority.ReserveResult{}, mapError(ctx.Err(), true)
 		default:
-			reserveGroups.mu.Unlock()
+			s.groups.mu.Unlock()
 		}
 	}
 	s.leadBatch(gk, q)
-	reserveGroups.mu.Lock()
-	defer reserveGroups.mu.Unlock()
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
 	return w.out, w.err
 }
 
@@ -145,8 +139,8 @@ func (q *nodeQueue) remove(w *reserveWaiter) {
 
 // leadBatch runs one batch from the front of q (the leader is first), sets
 // the outcomes, then promotes the next waiter or retires the queue.
-func (s *Store) leadBatch(gk groupKey, q *nodeQueue) {
-	reserveGroups.mu.Lock()
+func (s *Store) leadBatch(gk string, q *nodeQueue) {
+	s.groups.mu.Lock()
 	n := min(len(q.waiters), s.reserveBatchMax())
 	batch := make([]*reserveWaiter, n)
 	copy(batch, q.waiters[:n])
@@ -154,12 +148,12 @@ func (s *Store) leadBatch(gk groupKey, q *nodeQueue) {
 	for _, w := range batch {
 		w.state = waiterTaken
 	}
-	reserveGroups.mu.Unlock()
+	s.groups.mu.Unlock()
 
 	outs := s.runBatch(batch)
 
-	reserveGroups.mu.Lock()
-	defer reserveGroups.mu.Unlock()
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
 	for i, w := range batch {
 		w.out, w.err, w.done = outs[i].out, outs[i].err, true
 		select {
@@ -169,7 +163,7 @@ func (s *Store) leadBatch(gk groupKey, q *nodeQueue) {
 	}
 	if len(q.waiters) == 0 {
 		q.leading = false
-		delete(reserveGroups.m, gk)
+		delete(s.groups.m, gk)
 		return
 	}
 	next := q.waiters[0]
@@ -186,26 +180,13 @@ type batchOutcome struct {
 	err error
 }
 
-// batchContext is a context for a batch's requests: it keeps the values of
-// the first waiter's context and ends when every waiter's context ended.
+// batchContext is a context for a batch's requests (allEnded).
 func batchContext(batch []*reserveWaiter) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	left := atomic.Int64{}
-	left.Store(int64(len(batch)))
-	stops := make([]func() bool, len(batch))
+	callers := make([]context.Context, len(batch))
 	for i, w := range batch {
-		stops[i] = context.AfterFunc(w.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
+		callers[i] = w.ctx
 	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
+	return allEnded(callers)
 }
 
 // snapshotReads are the reads a batch's decision needs, in a read Txn (or a
@@ -435,7 +416,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 		elseLayout.usage.capacity.at += len(t.els) // after t's own Else reads
 		t.els = append(t.els, elseLayout.ops...)
 		t.bytes += elseLayout.bytes
-		resp, err := s.commit(ctx, t, "the reservations")
+		resp, err := s.sendWrite(ctx, t, "the reservations")
 		if err != nil {
 			for _, i := range waiting {
 				if decisions[i] != decideAdmitted {

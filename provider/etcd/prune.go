@@ -106,7 +106,7 @@ func (s *Store) sendPrune(ctx context.Context, t *txn) (int, error) {
 	if len(t.then) == 0 {
 		return 0, nil
 	}
-	resp, err := s.commit(ctx, t, "pruning capacity epochs")
+	resp, err := s.sendWrite(ctx, t, "pruning capacity epochs")
 	if err != nil {
 		return 0, err
 	}

@@ -89,7 +89,7 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		t.cmp(modRevIs(genKey, rev))
 		t.put(genKey, itoa(token.LeaseGeneration))
 		t.put(s.keys.liveness(node, lifecycle, token), live.encode(), clientv3.WithLease(grant.ID))
-		tresp, err := s.commit(rctx, t, "the owner lease")
+		tresp, err := s.sendWrite(rctx, t, "the owner lease")
 		if err != nil {
 			revoke()
 			return nil, err

@@ -45,7 +45,7 @@ func (r Relocations) putNew(ctx context.Context, data []byte, retention time.Dur
 			key := r.s.keys.blob(string(ref))
 			t.cmp(modRevIs(key, 0))
 			t.put(key, value.String(), clientv3.WithLease(ids[0]))
-			resp, err := r.s.commit(ctx, t, "the relocation blob")
+			resp, err := r.s.sendWrite(ctx, t, "the relocation blob")
 			stored = err == nil && resp.Succeeded
 			return err
 		})

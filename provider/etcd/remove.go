@@ -75,9 +75,9 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 			t.del(s.keys.ownerRow(owner, key))
 			n++
 		}
-		resp, err := s.commit(ctx, t, "removing an owner's rows")
+		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
-			resp, err = s.commit(ctx, deletesOnly(t), "removing an owner's rows")
+			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
 			return removed, err

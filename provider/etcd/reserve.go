@@ -81,7 +81,7 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	s.addReserve(t, res)
 	t.orGet(rowKey)
 	t.orGet(s.keys.liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
-	resp, err := s.commit(ctx, t, "the reservation")
+	resp, err := s.sendWrite(ctx, t, "the reservation")
 	if err != nil {
 		return authority.ReserveResult{}, err
 	}

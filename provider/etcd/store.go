@@ -127,6 +127,7 @@ type Store struct {
 	leases    *leaseBuckets
 	batch     *writeBatcher
 	usage     *usageWatches
+	groups    reserveGroups // group commit of reservations, per node lifecycle
 	// guard refuses every request once the cluster went back in time
 	// (regression.go).
 	guard *regressionGuard
@@ -183,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
-		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{},
+		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
 		dialTimeout: cfg.DialTimeout,
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())

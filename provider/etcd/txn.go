@@ -114,9 +114,9 @@ func (s *Store) check(t *txn, what string) error {
 	return nil
 }
 
-// commit sends t after checking it fits, alone or batched with concurrent
+// sendWrite sends t after checking it fits, alone or batched with concurrent
 // writes (batch.go). The caller checks Succeeded.
-func (s *Store) commit(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
+func (s *Store) sendWrite(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
 	if err := s.check(t, what); err != nil {
 		return nil, err
 	}

@@ -158,7 +158,7 @@ func (s *Store) backfillEpoch(ctx context.Context, node authority.NodeDescriptor
 	t := &txn{}
 	t.cmp(modRevIs(key, 0))
 	t.put(key, "")
-	_, err := s.commit(ctx, t, "the capacity epoch")
+	_, err := s.sendWrite(ctx, t, "the capacity epoch")
 	return err
 }
 
