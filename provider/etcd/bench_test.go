@@ -319,7 +319,7 @@ func benchReserveCommit(b *testing.B, c *clientv3.Client, clients int) {
 }
 
 // reportBatching reports the writes per write Txn of s since since
-// (batch.go): 1 when nothing was merged.
+// (writebatch.go): 1 when nothing was merged.
 func reportBatching(b *testing.B, s *etcdstore.Store, since etcdstore.WriteStats) {
 	st := s.WriteStats()
 	txns := st.Txns - since.Txns

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// QueuedWrites is how many writes of s wait for a Txn slot (batch.go).
+// QueuedWrites is how many writes of s wait for a Txn slot (writebatch.go).
 func QueuedWrites(s *Store) int {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
@@ -20,7 +20,7 @@ func QueuedWrites(s *Store) int {
 func ForgetRows(s *Store) { s.cache = newRowCache(4096) }
 
 // QueuedReservations is how many reservations of s on node (at lifecycle)
-// wait in its group commit queue, not yet taken by a batch (groupcommit.go).
+// wait in its group commit queue, not yet taken by a batch (reservegroup.go).
 func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64) int {
 	s.groups.mu.Lock()
 	defer s.groups.mu.Unlock()

@@ -72,7 +72,7 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	}}
 	if s.capacityPolicy() != nil {
 		// concurrent reservations on one node share its capacity fence:
-		// group-commit them (groupcommit.go).
+		// group-commit them (reservegroup.go).
 		return s.reserveGrouped(ctx, req, res)
 	}
 	// no capacity policy: nothing shared with other reservations, one Txn.

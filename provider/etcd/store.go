@@ -85,7 +85,7 @@ type Config struct {
 	// flight at once (default DefaultMaxConcurrentTxns; negative: no limit
 	// and no batching). Writes that find them all busy are sent together as
 	// one Txn when the next one ends, each keeping its own outcome
-	// (batch.go). Writes that cannot be batched (a reservation under a
+	// (writebatch.go). Writes that cannot be batched (a reservation under a
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 

@@ -29,7 +29,7 @@ type txn struct {
 	// entries the Txn writes, each put once after then (see touch).
 	touches []string
 	// alone marks a Txn fenced on a capacity epoch: it is never merged
-	// with other writes (batch.go), since they may touch that epoch.
+	// with other writes (writebatch.go), since they may touch that epoch.
 	alone bool
 }
 
@@ -115,7 +115,7 @@ func (s *Store) check(t *txn, what string) error {
 }
 
 // sendWrite sends t after checking it fits, alone or batched with concurrent
-// writes (batch.go). The caller checks Succeeded.
+// writes (writebatch.go). The caller checks Succeeded.
 func (s *Store) sendWrite(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
 	if err := s.check(t, what); err != nil {
 		return nil, err
