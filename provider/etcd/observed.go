@@ -144,7 +144,7 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (n int, err error) {
 
 // PutNew stores data under a new reference that expires after retention
 // (the work: putNew).
-func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Duration) (res authority.BlobReceipt, err error) {
+func (r RelocationStore) PutNew(ctx context.Context, data []byte, retention time.Duration) (res authority.BlobReceipt, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationPut)
 	res, err = r.putNew(ctx, data, retention)
 	op.End("", err)
@@ -155,7 +155,7 @@ func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Dur
 }
 
 // Read reads the blob at ref (the work: read).
-func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (res authority.BlobReadResult, err error) {
+func (r RelocationStore) Read(ctx context.Context, ref authority.BlobReference) (res authority.BlobReadResult, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationRead)
 	res, err = r.read(ctx, ref)
 	op.End(res.Kind, err)
@@ -167,7 +167,7 @@ func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (res
 
 // Delete removes the blob; deleting a missing blob is not an error (the
 // work: remove).
-func (r Relocations) Delete(ctx context.Context, ref authority.BlobReference) (err error) {
+func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference) (err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationDelete)
 	err = r.remove(ctx, ref)
 	op.End("", err)

@@ -11,18 +11,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Relocations is the store's relocation blob store: blobs (≤ 1 MiB) under
+// RelocationStore is the store's relocation blob store: blobs (≤ 1 MiB) under
 // ns/blobs/, expiring through the store's bucketed leases and checked against
 // the store's clock on read.
-type Relocations struct{ s *Store }
+type RelocationStore struct{ s *Store }
 
-var _ authority.RelocationStore = Relocations{}
+var _ authority.RelocationStore = RelocationStore{}
 
 // Relocation returns the store's relocation blob store.
-func (s *Store) Relocation() Relocations { return Relocations{s} }
+func (s *Store) Relocation() RelocationStore { return RelocationStore{s} }
 
 // putNew stores data under a new reference that expires after retention.
-func (r Relocations) putNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
+func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
 	if err := authority.ValidateBlobPut(data, retention); err != nil {
 		return authority.BlobReceipt{}, err
 	}
@@ -67,7 +67,7 @@ const blobReferenceDraws = 3
 var newBlobReference = uuid.NewString
 
 // read returns the blob (KindFound) or KindMissing once deleted or expired.
-func (r Relocations) read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
+func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
 	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
 		return authority.BlobReadResult{}, err
 	}
@@ -97,7 +97,7 @@ func (r Relocations) read(ctx context.Context, ref authority.BlobReference) (aut
 }
 
 // remove removes the blob; deleting a missing blob is not an error.
-func (r Relocations) remove(ctx context.Context, ref authority.BlobReference) error {
+func (r RelocationStore) remove(ctx context.Context, ref authority.BlobReference) error {
 	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
 		return err
 	}

@@ -24,15 +24,15 @@ func BenchmarkMemory(b *testing.B) {
 	}
 }
 
-// benchOptions sets the options of the stores benchStore makes
+// benchConfig sets the configuration of the stores benchStore makes
 // (BenchmarkObservability switches it).
-var benchOptions = func(*Options) {}
+var benchConfig = func(*Config) {}
 
 func benchStore() *Store {
 	live := NewLiveSet()
 	live.Set(nodeA, 1, ownerA, true)
-	opts := Options{Liveness: live}
-	benchOptions(&opts)
+	opts := Config{Liveness: live}
+	benchConfig(&opts)
 	return New(opts)
 }
 

@@ -30,7 +30,7 @@ func newHarness(t *testing.T) *conformance.Harness { return newHarnessWith(t, ni
 func newHarnessWith(_ *testing.T, reg prometheus.Registerer) *conformance.Harness {
 	live := NewLiveSet()
 	clock := authority.NewManualClock(testEpoch)
-	store := New(Options{Liveness: live, Clock: clock, Registerer: reg})
+	store := New(Config{Liveness: live, Clock: clock, Registerer: reg})
 	claims := &claimSet{keys: map[authority.Key]bool{}}
 	return &conformance.Harness{
 		Store: store,
@@ -51,8 +51,8 @@ func newHarnessWith(_ *testing.T, reg prometheus.Registerer) *conformance.Harnes
 		Now:          clock.Now,
 		ExpireScans:  func(testing.TB) { store.ExpireScans() },
 		Relocation:   NewRelocationStore(clock),
-		// the default: Options.Retention is not set
-		RecordRetention:  DefaultRetention,
+		// the default: Config.ReservationRetention is not set
+		RecordRetention:  DefaultReservationRetention,
 		LeaveGenerations: func(_ testing.TB, c conformance.GenerationCounter, left int64) { leaveGenerations(store, c, left) },
 	}
 }

@@ -15,8 +15,8 @@ import (
 //
 //	go test -run='^$' -bench=BenchmarkObservability -count=5 ./provider/memory/
 func BenchmarkObservability(b *testing.B) {
-	traced := func(sampler sdktrace.Sampler) func(*Options) {
-		return func(o *Options) {
+	traced := func(sampler sdktrace.Sampler) func(*Config) {
+		return func(o *Config) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 			o.Registerer, o.TracerProvider = prometheus.NewRegistry(), tp
@@ -24,10 +24,10 @@ func BenchmarkObservability(b *testing.B) {
 	}
 	modes := []struct {
 		name string
-		set  func(*Options)
+		set  func(*Config)
 	}{
-		{"off", func(*Options) {}},
-		{"metrics", func(o *Options) { o.Registerer = prometheus.NewRegistry() }},
+		{"off", func(*Config) {}},
+		{"metrics", func(o *Config) { o.Registerer = prometheus.NewRegistry() }},
 		{"metrics+traces-1pct", traced(sdktrace.TraceIDRatioBased(0.01))},
 		{"metrics+traces-all", traced(sdktrace.AlwaysSample())},
 	}
@@ -42,8 +42,8 @@ func BenchmarkObservability(b *testing.B) {
 	})
 	for _, m := range modes {
 		b.Run("cas/"+m.name, func(b *testing.B) {
-			benchOptions = m.set
-			defer func() { benchOptions = func(*Options) {} }()
+			benchConfig = m.set
+			defer func() { benchConfig = func(*Config) {} }()
 			benchCAS(b)
 		})
 	}

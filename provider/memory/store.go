@@ -19,36 +19,36 @@ import (
 	"github.com/zlink-systems/authority/internal/observe"
 )
 
-// Default settings of Options.
+// Default settings of Config.
 const (
-	// DefaultRetention is how long swept records (reservation terminals,
-	// committed or aborted aggregates) are kept when Options.Retention is 0.
-	DefaultRetention = 10 * time.Minute
+	// DefaultReservationRetention is how long swept records (reservation terminals,
+	// committed or aborted aggregates) are kept when Config.ReservationRetention is 0.
+	DefaultReservationRetention = 10 * time.Minute
 	// DefaultScanRetention is how long a listing stays continuable when
-	// Options.ScanRetention is 0.
+	// Config.ScanRetention is 0.
 	DefaultScanRetention = 5 * time.Minute
 	// DefaultMaxPinnedScans is how many listing revisions stay pinned when
-	// Options.MaxPinnedScans is 0.
+	// Config.MaxPinnedScans is 0.
 	DefaultMaxPinnedScans = 64
 )
 
-// Options configures a Store.
-type Options struct {
+// Config configures a Store.
+type Config struct {
 	// Liveness says whether an owner lease is live on a node. Required.
 	Liveness authority.LivenessOracle
-	// Capacity decides whether a placement fits its node; nil means
+	// CapacityPolicy decides whether a placement fits its node; nil means
 	// every placement fits. SetCapacityPolicy replaces it later.
-	Capacity authority.CapacityPolicy
-	// Identity says which keys are claimed elsewhere; nil means no key is
+	CapacityPolicy authority.CapacityPolicy
+	// IdentityClaims says which keys are claimed elsewhere; nil means no key is
 	// claimed. SetIdentityClaims replaces it later.
-	Identity authority.IdentityClaims
+	IdentityClaims authority.IdentityClaims
 	// Clock is the store's clock; nil means authority.SystemClock.
 	Clock authority.Clock
-	// Retention is how long a reservation terminal (the record that makes a
+	// ReservationRetention is how long a reservation terminal (the record that makes a
 	// re-commit report alreadyCommitted and a re-abort alreadyAborted) and a
 	// committed or aborted aggregate record are kept; 0 means
-	// DefaultRetention. Creation terminals are kept until their ExpiresAt.
-	Retention time.Duration
+	// DefaultReservationRetention. Creation terminals are kept until their ExpiresAt.
+	ReservationRetention time.Duration
 	// ScanRetention is how long a listing can be continued after its first
 	// page; 0 means DefaultScanRetention.
 	ScanRetention time.Duration
@@ -122,18 +122,18 @@ var (
 )
 
 // New returns an empty store. It panics if opts.Liveness is nil.
-func New(opts Options) *Store {
+func New(opts Config) *Store {
 	if opts.Liveness == nil {
-		panic("memory: Options.Liveness is required")
+		panic("memory: Config.Liveness is required")
 	}
 	s := &Store{
 		liveness:           opts.Liveness,
 		clock:              opts.Clock,
-		retention:          opts.Retention,
+		retention:          opts.ReservationRetention,
 		scanRetention:      opts.ScanRetention,
 		maxPins:            opts.MaxPinnedScans,
-		policy:             opts.Capacity,
-		claims:             opts.Identity,
+		policy:             opts.CapacityPolicy,
+		claims:             opts.IdentityClaims,
 		index:              btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
 		operationTerminals: make(map[string]*authority.TerminalRecord),
 		aggregates:         make(map[authority.Fence]*aggregateRecord),
@@ -146,7 +146,7 @@ func New(opts Options) *Store {
 	}
 	s.epoch = s.clock.Now()
 	if s.retention <= 0 {
-		s.retention = DefaultRetention
+		s.retention = DefaultReservationRetention
 	}
 	if s.scanRetention <= 0 {
 		s.scanRetention = DefaultScanRetention
