@@ -11,7 +11,7 @@ func (s *Store) readAuthority(ctx context.Context, key authority.Key) (authority
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, err
 	}
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err != nil {
 		return authority.ReadResult{}, err
 	}

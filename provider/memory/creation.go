@@ -298,7 +298,7 @@ func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationO
 		return authority.TerminalReadResult{}, err
 	}
 	key := op.Key()
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err != nil {
 		return authority.TerminalReadResult{}, err
 	}

@@ -40,7 +40,7 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 			return authority.ScanResult{}, err
 		}
 	}
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err != nil {
 		return authority.ScanResult{}, err
 	}

@@ -179,9 +179,10 @@ func (s *Store) SetIdentityClaims(claims authority.IdentityClaims) {
 	s.mu.Unlock()
 }
 
-// begin checks ctx, then takes the lock and returns the store's clock.
+// lock checks ctx, then takes the store's lock and returns the store's clock
+// (the etcd provider's begin only checks: it has no lock).
 // Callers validate their input before calling it and unlock when done.
-func (s *Store) begin(ctx context.Context) (time.Time, error) {
+func (s *Store) lock(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
@@ -191,7 +192,7 @@ func (s *Store) begin(ctx context.Context) (time.Time, error) {
 
 // beginWrite is begin followed by the amortized sweep of expired records.
 func (s *Store) beginWrite(ctx context.Context) (time.Time, error) {
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err == nil {
 		s.sweep(now)
 	}

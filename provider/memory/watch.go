@@ -23,7 +23,7 @@ func (s *Store) waitForChange(ctx context.Context, key authority.Key, seen autho
 	if err := authority.ValidateKey(key); err != nil {
 		return err
 	}
-	if _, err := s.begin(ctx); err != nil {
+	if _, err := s.lock(ctx); err != nil {
 		return err
 	}
 	r := s.row(key)
