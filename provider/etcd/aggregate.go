@@ -116,8 +116,8 @@ func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePre
 				continue
 			}
 			if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
-				// two Spot types among the newOwner rows: the seed's
-				// addCapacity throws; nothing is written
+				// two Spot types among the newOwner rows: AddCapacity
+				// refuses them; nothing is written
 				return authority.PrepareAggregateResult{}, err
 			}
 			if r.alloc.Descriptor != target.Descriptor || r.alloc.DescriptorLifecycleGeneration != target.DescriptorLifecycleGeneration {
@@ -148,7 +148,7 @@ func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePre
 		failed := readsOf(tresp)
 		if recordRev(failed[aggKey]) != expiredRev {
 			// the record was written (or its expired one removed) since
-			// the read: it decides before any liveness, as the seed reads
+			// the read: it decides before any liveness, as the contract reads
 			// it first
 			continue
 		}

@@ -15,7 +15,8 @@ const (
 	reservationAborted   = "aborted"
 )
 
-// sameTarget is the seed's sameCreationTarget for a reserved row.
+// sameTarget reports whether a reserved row was reserved for target (the
+// contract's same-creation-target check; docs/glossary.md).
 func sameTarget(r *row, t authority.CreationTarget) bool {
 	return r.alloc.Descriptor == t.Descriptor() && r.alloc.DescriptorLifecycleGeneration == t.NodeLifecycleGeneration && r.owner == t.Owner
 }
@@ -223,7 +224,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{}, err
 	}
 	rowKey, resKey, termKey := s.keys.row(key), s.keys.reservation(req.ReservationID), s.keys.terminal(record.Operation)
-	// decide evaluates the seed's checks on (row, reservation terminal,
+	// decide evaluates the contract's checks, in the contract's order, on (row, reservation terminal,
 	// creation terminal, target liveness) read together; it returns the
 	// outcome, or the row and the ModRevision of an expired creation terminal
 	// to overwrite when the completion can apply.
