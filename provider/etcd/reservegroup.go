@@ -235,231 +235,299 @@ const (
 )
 
 // runBatch reserves the batch's requests (all on one node lifecycle) and
-// returns their outcomes, in order.
+// returns their outcomes, in order. Each round reads a snapshot (or decides
+// from a failed Txn's Else reads), decides every pending request on it, and
+// sends the admitted ones in one Txn fenced on the node's capacity epoch.
 func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
-	outs := make([]batchOutcome, len(batch))
 	s.obs.Metrics().GroupCommit(len(batch))
 	ctx, release := batchContext(batch)
 	defer release()
-	node := batch[0].res.row.alloc.Descriptor
-	lifecycle := batch[0].res.target.NodeLifecycleGeneration
-	fail := func(idx []int, err error) {
-		for _, i := range idx {
-			outs[i].err = err
-		}
-	}
-	pending := make([]int, 0, len(batch))
+	g := &groupRun{s: s, ctx: ctx, batch: batch, outs: make([]batchOutcome, len(batch)), solo: -1,
+		node: batch[0].res.row.alloc.Descriptor, lifecycle: batch[0].res.target.NodeLifecycleGeneration}
 	for i := range batch {
-		pending = append(pending, i)
+		g.pending = append(g.pending, i)
 	}
-	var snap *clientv3.TxnResponse // the reads of layout at snap.Header.Revision
-	var layout snapshotReads
-	conflicts, rereads := 0, 0
-	fullRange := false // read the node's capacity range, watched or not
-	prefix := s.keys.capacityNode(node, lifecycle)
-	// solo is a request that fits a Txn alone but not with the reads of the
-	// whole batch: the next round decides it alone, the others are held
-	// until it is decided.
-	solo := -1
-	var held []int
-	defer func() {
-		// a batch that stopped on an error sent none of the held requests
-		for _, i := range held {
-			if outs[i].err == nil && outs[i].out.Kind == "" {
-				outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch stopped", errBatchStopped)
-			}
+	defer g.stopHeld()
+	for g.next() {
+		if g.snap == nil && !g.readSnapshot() {
+			continue
 		}
-	}()
-	for len(pending) > 0 || len(held) > 0 {
-		if len(pending) == 0 {
-			pending, held, snap = held, nil, nil
-		}
-		// drop the requests whose callers gave up
-		live := pending[:0]
-		for _, i := range pending {
-			if err := batch[i].ctx.Err(); err != nil {
-				outs[i].err = notSentWhile(err, "its node's reservation batch")
-				continue
-			}
-			live = append(live, i)
-		}
-		if pending = live; len(pending) == 0 {
-			if len(held) > 0 {
-				continue
-			}
-			break
-		}
-		if snap == nil {
-			if solo >= 0 && slices.Contains(pending, solo) {
-				for _, i := range pending {
-					if i != solo {
-						held = append(held, i)
-					}
-				}
-				pending = []int{solo}
-			}
-			solo = -1
-			layout = s.snapshotReadsFor(pending, batch, fullRange)
-			resp, err := s.read(ctx, layout.ops...)
-			if err != nil && len(pending) > 1 && receiveTooLarge(err) {
-				// the rows of the whole batch do not fit one response: decide
-				// the first half first, holding the rest
-				half := len(pending) / 2
-				held = append(held, pending[half:]...)
-				pending = pending[:half]
-				continue
-			}
-			if err != nil {
-				fail(pending, err)
-				break
-			}
-			snap, fullRange = resp, false
-		}
-		policy := s.capacityPolicy()
-		u, epoch, ok, err := s.usageAt(ctx, snap, layout.usage)
+		u, epoch, ok, err := s.usageAt(ctx, g.snap, g.reads.usage)
 		if err != nil {
-			fail(pending, err)
-			break
+			g.fail(g.pending, err)
+			return g.outs
 		}
 		if !ok {
 			// the watched usage is not that of the snapshot: read again,
 			// with the range after the first time
-			if rereads++; rereads > 1 {
-				fullRange = true
-			}
-			snap = nil
+			g.rereads++
+			g.fullRange, g.snap = g.rereads > 1, nil
 			continue
 		}
-		delta := map[authority.CapacityCounter]int64{}
-		t := &txn{}
-		admittedKeys := map[authority.Key]bool{}
-		decisions := make([]decision, len(batch))
-		var admitted []int
-		got := readsOf(snap)
-		for _, i := range pending {
-			w := batch[i]
-			cur, err := s.rowIn(got, w.res.key)
-			if err != nil {
-				outs[i].err, decisions[i] = err, decideRefused
-				continue
-			}
-			if cur != nil || got[w.res.liveKey(s)] == nil {
-				if admittedKeys[w.res.key] {
-					decisions[i] = decideDeferred // sees the admitted row next round
-					continue
-				}
-				outs[i].out, decisions[i] = s.reserveRefused(w.req, cur), decideRefused
-				continue
-			}
-			if admittedKeys[w.res.key] {
-				decisions[i] = decideDeferred
-				continue
-			}
-			if !fits(policy, w.res.row.alloc, u) {
-				decisions[i] = decideExhausted
-				continue
-			}
-			one := &txn{}
-			s.addReserve(one, w.res)
-			if len(admitted) == 0 {
-				if err := s.check(one, "the reservation"); err != nil {
-					outs[i].err, decisions[i] = err, decideRefused
-					continue
-				}
-			}
-			if !s.fitsWith(t, one, layout) {
-				if len(admitted) == 0 && solo < 0 {
-					// it would be first in any Txn: with its own reads alone it
-					// fits or never will
-					if own := s.snapshotReadsFor([]int{i}, batch, false); !s.fitsWith(t, one, own) {
-						outs[i].err, decisions[i] = s.tooLargeWithReads(one, own), decideRefused
-						continue
-					}
-					if len(pending) > 1 {
-						solo = i
-					}
-				}
-				decisions[i] = decideDeferred
-				continue
-			}
-			merge(t, one)
-			admittedKeys[w.res.key] = true
-			admitted = append(admitted, i)
-			decisions[i] = decideAdmitted
-			for _, e := range authority.CapacityEntries(node, lifecycle, w.res.row.alloc.Capacity) {
-				u.reserved[e.Counter] += e.Count
-				delta[e.Counter] += e.Count
-			}
-		}
-		next := pending[:0:0]
-		if len(admitted) == 0 {
-			// nothing to write: the snapshot alone decides the exhausted ones
-			for _, i := range pending {
-				switch decisions[i] {
-				case decideExhausted:
-					outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
-				case decideDeferred:
-					next = append(next, i)
-				}
-			}
-			pending, snap = next, nil
+		r := g.decide(u)
+		if len(r.admitted) == 0 {
+			g.settleUnwritten(r)
 			continue
 		}
-		s.fenceCapacity(t, node, lifecycle, epoch)
-		var waiting []int // pending requests whose outcome this Txn decides
-		for _, i := range pending {
-			if decisions[i] != decideRefused {
-				waiting = append(waiting, i)
-			}
+		if !g.send(r, epoch) {
+			return g.outs
 		}
-		elseLayout := s.snapshotReadsFor(waiting, batch, false)
-		elseLayout.usage.capacity.at += len(t.els) // after t's own Else reads
-		t.els = append(t.els, elseLayout.ops...)
-		t.bytes += elseLayout.bytes
-		resp, err := s.sendWrite(ctx, t, "the reservations")
-		if err != nil {
-			for _, i := range waiting {
-				if decisions[i] != decideAdmitted {
-					// deferred or exhausted: nothing of it was in the Txn, so
-					// nothing of it applied, whatever the Txn's outcome
-					outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch failed ("+err.Error()+")", errBatchStopped)
-				} else {
-					outs[i].err = err
-				}
-			}
-			break
-		}
-		if !resp.Succeeded {
-			conflicts++
-			s.retrying(observe.OpReserve, conflicts)
-			if conflicts >= maxAttempts {
-				fail(waiting, authority.Wrap(authority.ErrUnavailable, "reserve gave up after repeated capacity contention", errContention))
-				break
-			}
-			pending, snap, layout = waiting, resp, elseLayout
-			continue
-		}
-		s.usage.applied(prefix, epoch, resp.Header.Revision, delta)
-		for _, i := range waiting {
-			switch decisions[i] {
-			case decideAdmitted:
-				created := batch[i].res.row.next(resp.Header.Revision)
-				created.createRev, created.ownerGen = resp.Header.Revision, resp.Header.Revision
-				s.remember(created)
-				outs[i].out = authority.ReserveResult{
-					Kind:          authority.KindReserved,
-					ReservationID: created.pending.ReservationID,
-					Creating:      created.snapshot(s.clock.Now()),
-				}
-			case decideExhausted:
-				outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
-			case decideDeferred:
-				next = append(next, i)
-			}
-		}
-		pending, snap = next, nil
 	}
-	return outs
+	return g.outs
+}
+
+// groupRun is one run of a node lifecycle's reservation batch: the
+// requests, their outcomes, and what carries from one round to the next.
+type groupRun struct {
+	s             *Store
+	ctx           context.Context
+	batch         []*reserveWaiter
+	outs          []batchOutcome
+	node          authority.NodeDescriptor
+	lifecycle     int64
+	pending, held []int
+	snap          *clientv3.TxnResponse // the reads at snap.Header.Revision
+	reads         snapshotReads
+	conflicts     int
+	rereads       int
+	fullRange     bool // read the node's capacity range, watched or not
+	stopped       bool
+	// solo is a request that fits a Txn alone but not with the reads of the
+	// whole batch: the next round decides it alone, the others are held
+	// until it is decided.
+	solo int
+}
+
+// groupRound is one round's decisions.
+type groupRound struct {
+	t         *txn
+	decisions []decision
+	admitted  []int
+	delta     map[authority.CapacityCounter]int64
+}
+
+func (g *groupRun) fail(idx []int, err error) {
+	for _, i := range idx {
+		g.outs[i].err = err
+	}
+	g.stopped = true
+}
+
+// stopHeld fails the held requests of a batch that stopped on an error:
+// none of them was sent.
+func (g *groupRun) stopHeld() {
+	for _, i := range g.held {
+		if g.outs[i].err == nil && g.outs[i].out.Kind == "" {
+			g.outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch stopped", errBatchStopped)
+		}
+	}
+}
+
+// next starts a round: it takes the held requests when none is pending and
+// drops the requests whose callers gave up; false when nothing is left.
+func (g *groupRun) next() bool {
+	for !g.stopped && (len(g.pending) > 0 || len(g.held) > 0) {
+		if len(g.pending) == 0 {
+			g.pending, g.held, g.snap = g.held, nil, nil
+		}
+		live := g.pending[:0]
+		for _, i := range g.pending {
+			if err := g.batch[i].ctx.Err(); err != nil {
+				g.outs[i].err = notSentWhile(err, "its node's reservation batch")
+				continue
+			}
+			live = append(live, i)
+		}
+		if g.pending = live; len(g.pending) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// readSnapshot reads the pending requests' rows, liveness and the node's
+// usage at one revision (a solo request alone, the others held); false when
+// the round must start again (the reads were split, or failed).
+func (g *groupRun) readSnapshot() bool {
+	if g.solo >= 0 && slices.Contains(g.pending, g.solo) {
+		for _, i := range g.pending {
+			if i != g.solo {
+				g.held = append(g.held, i)
+			}
+		}
+		g.pending = []int{g.solo}
+	}
+	g.solo = -1
+	g.reads = g.s.snapshotReadsFor(g.pending, g.batch, g.fullRange)
+	resp, err := g.s.read(g.ctx, g.reads.ops...)
+	if err != nil && len(g.pending) > 1 && receiveTooLarge(err) {
+		// the rows of the whole batch do not fit one response: decide the
+		// first half first, holding the rest
+		half := len(g.pending) / 2
+		g.held = append(g.held, g.pending[half:]...)
+		g.pending = g.pending[:half]
+		return false
+	}
+	if err != nil {
+		g.fail(g.pending, err)
+		return false
+	}
+	g.snap, g.fullRange = resp, false
+	return true
+}
+
+// decide decides every pending request on the snapshot and usage u, and
+// builds the Txn of the admitted ones.
+func (g *groupRun) decide(u nodeUsage) groupRound {
+	s, policy := g.s, g.s.capacityPolicy()
+	r := groupRound{t: &txn{}, decisions: make([]decision, len(g.batch)), delta: map[authority.CapacityCounter]int64{}}
+	admittedKeys := map[authority.Key]bool{}
+	got := readsOf(g.snap)
+	for _, i := range g.pending {
+		w := g.batch[i]
+		cur, err := s.rowIn(got, w.res.key)
+		switch {
+		case err != nil:
+			g.outs[i].err, r.decisions[i] = err, decideRefused
+		case admittedKeys[w.res.key]:
+			r.decisions[i] = decideDeferred // sees the admitted row next round
+		case cur != nil || got[w.res.liveKey(s)] == nil:
+			g.outs[i].out, r.decisions[i] = s.reserveRefused(w.req, cur), decideRefused
+		case !fits(policy, w.res.row.alloc, u):
+			r.decisions[i] = decideExhausted
+		default:
+			r.decisions[i] = g.admit(i, &r, admittedKeys)
+			if r.decisions[i] == decideAdmitted {
+				for _, e := range authority.CapacityEntries(g.node, g.lifecycle, w.res.row.alloc.Capacity) {
+					u.reserved[e.Counter] += e.Count
+					r.delta[e.Counter] += e.Count
+				}
+			}
+		}
+	}
+	return r
+}
+
+// admit adds request i to the round's Txn when it fits with the others and
+// the reads; else it is deferred (or refused: it can never fit).
+func (g *groupRun) admit(i int, r *groupRound, admittedKeys map[authority.Key]bool) decision {
+	s, w := g.s, g.batch[i]
+	one := &txn{}
+	s.addReserve(one, w.res)
+	if len(r.admitted) == 0 {
+		if err := s.check(one, "the reservation"); err != nil {
+			g.outs[i].err = err
+			return decideRefused
+		}
+	}
+	if !s.fitsWith(r.t, one, g.reads) {
+		if len(r.admitted) == 0 && g.solo < 0 {
+			// it would be first in any Txn: with its own reads alone it fits
+			// or never will
+			if own := s.snapshotReadsFor([]int{i}, g.batch, false); !s.fitsWith(r.t, one, own) {
+				g.outs[i].err = s.tooLargeWithReads(one, own)
+				return decideRefused
+			}
+			if len(g.pending) > 1 {
+				g.solo = i
+			}
+		}
+		return decideDeferred
+	}
+	merge(r.t, one)
+	admittedKeys[w.res.key] = true
+	r.admitted = append(r.admitted, i)
+	return decideAdmitted
+}
+
+// settleUnwritten ends a round that admitted nothing: the snapshot alone
+// decides the exhausted requests; the deferred ones go to the next round.
+func (g *groupRun) settleUnwritten(r groupRound) {
+	next := g.pending[:0:0]
+	for _, i := range g.pending {
+		switch r.decisions[i] {
+		case decideExhausted:
+			g.outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
+		case decideDeferred:
+			next = append(next, i)
+		}
+	}
+	g.pending, g.snap = next, nil
+}
+
+// send sends the round's Txn, fenced on the node's capacity epoch, with the
+// waiting requests' reads in its Else, and settles the round; false when the
+// batch stopped.
+func (g *groupRun) send(r groupRound, epoch int64) bool {
+	s, t := g.s, r.t
+	s.fenceCapacity(t, g.node, g.lifecycle, epoch)
+	var waiting []int // pending requests whose outcome this Txn decides
+	for _, i := range g.pending {
+		if r.decisions[i] != decideRefused {
+			waiting = append(waiting, i)
+		}
+	}
+	elseReads := s.snapshotReadsFor(waiting, g.batch, false)
+	elseReads.usage.capacity.at += len(t.els) // after t's own Else reads
+	t.els = append(t.els, elseReads.ops...)
+	t.bytes += elseReads.bytes
+	resp, err := s.sendWrite(g.ctx, t, "the reservations")
+	if err != nil {
+		g.sendFailed(r, waiting, err)
+		return false
+	}
+	if !resp.Succeeded {
+		g.conflicts++
+		s.retrying(observe.OpReserve, g.conflicts)
+		if g.conflicts >= maxAttempts {
+			g.fail(waiting, authority.Wrap(authority.ErrUnavailable, "reserve gave up after repeated capacity contention", errContention))
+			return false
+		}
+		// decide again from the Else reads, at the Txn's revision
+		g.pending, g.snap, g.reads = waiting, resp, elseReads
+		return true
+	}
+	g.committed(r, waiting, epoch, resp.Header.Revision)
+	return true
+}
+
+// sendFailed settles a round whose Txn failed with err.
+func (g *groupRun) sendFailed(r groupRound, waiting []int, err error) {
+	for _, i := range waiting {
+		if r.decisions[i] != decideAdmitted {
+			// deferred or exhausted: nothing of it was in the Txn, so nothing
+			// of it applied, whatever the Txn's outcome
+			g.outs[i].err = authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its node's reservation batch failed ("+err.Error()+")", errBatchStopped)
+		} else {
+			g.outs[i].err = err
+		}
+	}
+	g.stopped = true
+}
+
+// committed settles a round whose Txn committed at rev.
+func (g *groupRun) committed(r groupRound, waiting []int, epoch, rev int64) {
+	s := g.s
+	s.usage.applied(s.keys.capacityNode(g.node, g.lifecycle), epoch, rev, r.delta)
+	next := g.pending[:0:0]
+	for _, i := range waiting {
+		switch r.decisions[i] {
+		case decideAdmitted:
+			created := g.batch[i].res.row.next(rev)
+			created.createRev, created.ownerGen = rev, rev
+			s.remember(created)
+			g.outs[i].out = authority.ReserveResult{
+				Kind:          authority.KindReserved,
+				ReservationID: created.pending.ReservationID,
+				Creating:      created.snapshot(s.clock.Now()),
+			}
+		case decideExhausted:
+			g.outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
+		case decideDeferred:
+			next = append(next, i)
+		}
+	}
+	g.pending, g.snap = next, nil
 }
 
 // tooLargeWithReads is the error of a reservation that fits the Txn limits
