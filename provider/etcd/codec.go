@@ -245,20 +245,43 @@ func (r reservationRecord) encode() string {
 	return string(b)
 }
 
+// operationWire is a creation operation as stored: its own type, so that a
+// change to the contract's CreationOperation cannot change stored bytes (the
+// JSON names are those the format has always had).
+type operationWire struct {
+	SourceNodeRID        string `json:"SourceNodeRID"`
+	SourceNodeGeneration int64  `json:"SourceNodeGeneration"`
+	OperationID          struct {
+		High uint64 `json:"High"`
+		Low  uint64 `json:"Low"`
+	} `json:"OperationID"`
+}
+
+func encodeOperation(op authority.CreationOperation) operationWire {
+	w := operationWire{SourceNodeRID: op.SourceNodeRID, SourceNodeGeneration: op.SourceNodeGeneration}
+	w.OperationID.High, w.OperationID.Low = op.OperationID.High, op.OperationID.Low
+	return w
+}
+
+func (w operationWire) operation() authority.CreationOperation {
+	return authority.CreationOperation{SourceNodeRID: w.SourceNodeRID, SourceNodeGeneration: w.SourceNodeGeneration,
+		OperationID: authority.CreationOperationID{High: w.OperationID.High, Low: w.OperationID.Low}}
+}
+
 type terminalWire struct {
-	State       string                      `json:"s"`
-	Operation   authority.CreationOperation `json:"op"`
-	Reservation string                      `json:"id"`
-	Kind        string                      `json:"k"`
-	Envelope    []byte                      `json:"env"`
-	EnvelopeSHA []byte                      `json:"sha"`
-	ExpiresAt   time.Time                   `json:"e"`
-	StoreNow    time.Time                   `json:"now"`
+	State       string        `json:"s"`
+	Operation   operationWire `json:"op"`
+	Reservation string        `json:"id"`
+	Kind        string        `json:"k"`
+	Envelope    []byte        `json:"env"`
+	EnvelopeSHA []byte        `json:"sha"`
+	ExpiresAt   time.Time     `json:"e"`
+	StoreNow    time.Time     `json:"now"`
 }
 
 func encodeTerminal(t *authority.TerminalRecord) string {
 	b, _ := json.Marshal(terminalWire{
-		State: string(t.State), Operation: t.Operation, Reservation: t.ReservationID, Kind: string(t.ObjectKind),
+		State: string(t.State), Operation: encodeOperation(t.Operation), Reservation: t.ReservationID, Kind: string(t.ObjectKind),
 		Envelope: t.TerminalEnvelope, EnvelopeSHA: t.TerminalEnvelopeSHA256, ExpiresAt: t.ExpiresAt, StoreNow: t.StoreNow,
 	})
 	return string(b)
@@ -273,7 +296,7 @@ func decodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
 		return nil, corrupt(string(kv.Key), err)
 	}
 	return &authority.TerminalRecord{
-		State: authority.TerminalState(w.State), Operation: w.Operation, ReservationID: w.Reservation,
+		State: authority.TerminalState(w.State), Operation: w.Operation.operation(), ReservationID: w.Reservation,
 		ObjectKind: authority.ObjectKind(w.Kind), TerminalEnvelope: w.Envelope, TerminalEnvelopeSHA256: w.EnvelopeSHA,
 		ExpiresAt: w.ExpiresAt, StoreNow: w.StoreNow,
 	}, nil
@@ -294,15 +317,80 @@ const (
 	aggregateAborted   = "aborted"
 )
 
+// Aggregate records are stored in format 1: the two bytes aggregateFormat1,
+// then aggregateWire as JSON (the store's own types, short field names).
+// Format 0, the first, was gob of the Go struct aggregateRecord, which holds
+// the contract's AggregatePrepareRequest: renaming a contract field would
+// have changed how stored records decode. Format 0 records still decode (a
+// gob stream never starts with a NUL byte); the next change of the record
+// rewrites it in format 1.
+const aggregateFormat1 = "\x00\x01"
+
+type aggregateWire struct {
+	State      string            `json:"st"`
+	ExpiresAt  time.Time         `json:"e"`
+	ID         string            `json:"id"`
+	Generation int64             `json:"g"`
+	OwnerID    string            `json:"o"`
+	Lease      int64             `json:"l"`
+	Mesh       string            `json:"m"`
+	RID        string            `json:"r"`
+	Lifecycle  int64             `json:"lc"`
+	Capacity   capacityWire      `json:"c"`
+	Digest     []byte            `json:"d"`
+	Parts      []participantWire `json:"p"`
+}
+
+type participantWire struct {
+	Key        string `json:"k"`
+	Version    string `json:"v"`
+	Transition string `json:"t"`
+	Payload    []byte `json:"pl,omitempty"`
+	Mutation   []byte `json:"mm,omitempty"`
+}
+
 func (a *aggregateRecord) encode() string {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(a); err != nil {
-		panic(err) // plain data always encodes
+	r := &a.Request
+	w := aggregateWire{State: a.State, ExpiresAt: a.ExpiresAt, ID: r.AggregateID, Generation: r.AggregateGeneration,
+		OwnerID: r.TargetOwner.OwnerID, Lease: r.TargetOwner.LeaseGeneration, Mesh: r.TargetDescriptor.MeshName,
+		RID: r.TargetDescriptor.RID, Lifecycle: r.TargetDescriptorLifecycleGeneration,
+		Capacity: encodeCapacity(r.Capacity), Digest: r.InventoryDigest, Parts: make([]participantWire, len(r.Participants))}
+	for i, p := range r.Participants {
+		w.Parts[i] = participantWire{Key: string(p.AuthorityKey), Version: string(p.ExpectedStoreVersion),
+			Transition: string(p.OwnerTransition), Payload: p.AuthorityPayload, Mutation: p.MembershipMutation}
 	}
-	return buf.String()
+	b, _ := json.Marshal(w)
+	return aggregateFormat1 + string(b)
 }
 
 func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
+	rest, ok := bytes.CutPrefix(kv.Value, []byte(aggregateFormat1))
+	if !ok {
+		return decodeAggregateV0(kv)
+	}
+	var w aggregateWire
+	if err := decodeStrict(rest, &w); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	if err := w.check(); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	a := &aggregateRecord{State: w.State, ExpiresAt: w.ExpiresAt, Request: authority.AggregatePrepareRequest{
+		AggregateID: w.ID, AggregateGeneration: w.Generation,
+		TargetOwner:      authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
+		TargetDescriptor: authority.NodeDescriptor{MeshName: w.Mesh, RID: w.RID}, TargetDescriptorLifecycleGeneration: w.Lifecycle,
+		Capacity: w.Capacity.vector(), InventoryDigest: w.Digest, Participants: make([]authority.AggregateParticipant, len(w.Parts)),
+	}}
+	for i, p := range w.Parts {
+		a.Request.Participants[i] = authority.AggregateParticipant{AuthorityKey: authority.Key(p.Key),
+			ExpectedStoreVersion: authority.StoreVersion(p.Version), OwnerTransition: authority.GenerationTransition(p.Transition),
+			AuthorityPayload: p.Payload, MembershipMutation: p.Mutation}
+	}
+	return a, nil
+}
+
+// decodeAggregateV0 decodes a record of format 0 (gob).
+func decodeAggregateV0(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
 	var a aggregateRecord
 	if err := gob.NewDecoder(bytes.NewReader(kv.Value)).Decode(&a); err != nil {
 		return nil, corrupt(string(kv.Key), err)
@@ -322,4 +410,21 @@ type livenessRecord struct {
 func (l livenessRecord) encode() string {
 	b, _ := json.Marshal(l)
 	return string(b)
+}
+
+// encodeBlob frames a relocation blob: its expiry as 8 bytes of big-endian
+// Unix nanoseconds, then the data.
+func encodeBlob(expires time.Time, data []byte) string {
+	value := make([]byte, 8, 8+len(data))
+	binary.BigEndian.PutUint64(value, uint64(expires.UnixNano()))
+	return string(append(value, data...))
+}
+
+// decodeBlob splits a stored relocation blob into its expiry and data (data
+// shares kv's bytes).
+func decodeBlob(kv *mvccpb.KeyValue) (time.Time, []byte, error) {
+	if len(kv.Value) < 8 {
+		return time.Time{}, nil, corrupt(string(kv.Key), errors.New("relocation blob shorter than its expiry"))
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(kv.Value[:8]))), kv.Value[8:], nil
 }

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
@@ -287,10 +286,11 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeCapacityEpoch(rest, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
-		if len(kv.Value) < 8 {
-			return e, corrupt(full, errors.New("blob shorter than its expiry"))
+		expires, data, berr := decodeBlob(kv)
+		if berr != nil {
+			return e, berr
 		}
-		e.Blob = &Blob{ExpiresAt: time.Unix(0, int64(binary.BigEndian.Uint64(kv.Value[:8]))), Data: bytes.Clone(kv.Value[8:])}
+		e.Blob = &Blob{ExpiresAt: expires, Data: bytes.Clone(data)}
 	}
 	if err != nil {
 		if errors.Is(err, authority.ErrCorrupt) {

@@ -3,7 +3,6 @@ package etcd
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,10 +30,7 @@ func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time
 	}
 	now := r.s.clock.Now()
 	expires := now.Add(retention)
-	var value bytes.Buffer
-	value.Grow(8 + len(data))
-	_ = binary.Write(&value, binary.BigEndian, expires.UnixNano())
-	value.Write(data)
+	value := encodeBlob(expires, data)
 	// A reference is a random UUID put only if its key is absent; should it
 	// ever be taken, a fresh one is drawn (a failed compare wrote nothing).
 	for range blobReferenceDraws {
@@ -44,7 +40,7 @@ func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time
 			t := &txn{}
 			key := r.s.keys.blob(string(ref))
 			t.cmp(modRevIs(key, 0))
-			t.put(key, value.String(), clientv3.WithLease(ids[0]))
+			t.put(key, value, clientv3.WithLease(ids[0]))
 			resp, err := r.s.sendWrite(ctx, t, "the relocation blob")
 			stored = err == nil && resp.Succeeded
 			return err
@@ -86,14 +82,14 @@ func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) 
 	if kv == nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	if len(kv.Value) < 8 {
-		return authority.BlobReadResult{}, corrupt(string(kv.Key), nil)
+	expires, data, err := decodeBlob(kv)
+	if err != nil {
+		return authority.BlobReadResult{}, err
 	}
-	expires := time.Unix(0, int64(binary.BigEndian.Uint64(kv.Value[:8])))
 	if !expires.After(r.s.clock.Now()) {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	return authority.BlobReadResult{Kind: authority.KindFound, Bytes: bytes.Clone(kv.Value[8:])}, nil
+	return authority.BlobReadResult{Kind: authority.KindFound, Bytes: bytes.Clone(data)}, nil
 }
 
 // remove removes the blob; deleting a missing blob is not an error.

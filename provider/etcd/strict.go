@@ -153,3 +153,29 @@ func (l livenessRecord) check() error {
 	}
 	return nil
 }
+
+// check validates a stored aggregate record (format 1).
+func (w *aggregateWire) check() error {
+	switch w.State {
+	case aggregatePrepared, aggregateCommitted, aggregateAborted:
+	default:
+		return fmt.Errorf("aggregate state %q is unknown", w.State)
+	}
+	for _, f := range [][2]string{{w.ID, "aggregate ID"}, {w.OwnerID, "target owner"}, {w.Mesh, "target mesh"}, {w.RID, "target RID"}} {
+		if err := storedText(f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	if w.Generation < 1 || w.Lease < 0 || w.Lifecycle < 0 || len(w.Parts) == 0 {
+		return errors.New("aggregate generation, lease, lifecycle or participants out of range")
+	}
+	for _, p := range w.Parts {
+		if err := storedText(p.Key, "participant key"); err != nil {
+			return err
+		}
+		if p.Transition != string(authority.TransitionPreserve) && p.Transition != string(authority.TransitionNewOwner) {
+			return fmt.Errorf("participant transition %q is unknown", p.Transition)
+		}
+	}
+	return w.Capacity.check()
+}
