@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -58,13 +59,40 @@ type regressionGuard struct {
 	// passed at.
 	changes  atomic.Int64
 	verified atomic.Int64
-	probeKey string
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
+	// endpoints returns the client's endpoints (nil: not followed): a write
+	// after they changed (Client.SetEndpoints, which can move the connection
+	// to another cluster without the connection's state ever leaving Ready)
+	// is probed too. lastEndpoints is their value at the last write.
+	endpoints     func() []string
+	lastEndpoints atomic.Pointer[string]
+	probeKey      string
+	stop          context.CancelFunc
+	wg            sync.WaitGroup
 }
 
 func newRegressionGuard(probeKey string) *regressionGuard {
 	return &regressionGuard{done: make(chan struct{}), probeKey: probeKey, stop: func() {}}
+}
+
+// follow has the guard probe before the first write after endpoints'
+// answer changed.
+func (g *regressionGuard) follow(endpoints func() []string) {
+	g.endpoints = endpoints
+	joined := strings.Join(endpoints(), ",")
+	g.lastEndpoints.Store(&joined)
+}
+
+// endpointsMoved counts a change of the client's endpoints as a state change.
+func (g *regressionGuard) endpointsMoved() {
+	if g.endpoints == nil {
+		return
+	}
+	joined := strings.Join(g.endpoints(), ",")
+	if last := g.lastEndpoints.Load(); last != nil && *last == joined {
+		return
+	}
+	g.lastEndpoints.Store(&joined)
+	g.changes.Add(1)
 }
 
 // watch counts the state changes of conn until close.
@@ -101,6 +129,7 @@ func (g *regressionGuard) verify(ctx context.Context, kv clientv3.KV) error {
 	if err := g.refused(); err != nil {
 		return err
 	}
+	g.endpointsMoved()
 	seen := g.changes.Load()
 	if g.verified.Load() >= seen {
 		return nil

@@ -61,3 +61,25 @@ func TestRegressionGuardRefusesAnotherCluster(t *testing.T) {
 		t.Fatal("not refused after another cluster answered")
 	}
 }
+
+// TestGuardProbesAfterEndpointsChange: moving the client to other endpoints
+// (SetEndpoints) counts as a connection change, so the next write is probed
+// even when the connection's state never left Ready.
+func TestGuardProbesAfterEndpointsChange(t *testing.T) {
+	g := newRegressionGuard("ns/")
+	eps := []string{"127.0.0.1:1"}
+	g.follow(func() []string { return eps })
+	g.endpointsMoved()
+	if g.changes.Load() != 0 {
+		t.Fatalf("unchanged endpoints counted as a change")
+	}
+	eps = []string{"127.0.0.1:2"}
+	g.endpointsMoved()
+	if g.changes.Load() != 1 || g.verified.Load() >= g.changes.Load() {
+		t.Fatalf("changed endpoints: changes=%d verified=%d, want a probe due", g.changes.Load(), g.verified.Load())
+	}
+	g.endpointsMoved()
+	if g.changes.Load() != 1 {
+		t.Fatalf("the same new endpoints counted twice")
+	}
+}

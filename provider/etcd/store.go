@@ -202,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.guard = newRegressionGuard(s.keys.ns)
 	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
 	s.guard.watch(s.client.ActiveConnection())
+	s.guard.follow(s.client.Endpoints)
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
