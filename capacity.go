@@ -19,7 +19,7 @@ type CapacityEntry struct {
 	Count   int64
 }
 
-// CapacityEntries returns the non-zero counts of c on a node, in the seed's
+// CapacityEntries returns the non-zero counts of c on a node, in this
 // order: actors, spots, spot type.
 func CapacityEntries(node NodeDescriptor, lifecycleGeneration int64, c CapacityVector) []CapacityEntry {
 	entries := make([]CapacityEntry, 0, 3)
@@ -60,7 +60,7 @@ func UsageCounters(node NodeDescriptor, lifecycleGeneration int64, requested Cap
 }
 
 // UsageVector builds the vector a capacity policy sees from the counts of
-// UsageCounters (the seed's capacityVectorUsage): counts[i] belongs to
+// UsageCounters: counts[i] belongs to
 // UsageCounters(...)[i].
 func UsageVector(requested CapacityVector, counts []int64) CapacityVector {
 	v := CapacityVector{Actors: counts[0], Spots: counts[1]}
@@ -88,8 +88,8 @@ func UsageCounter(node NodeDescriptor, lifecycleGeneration int64, objectKind Obj
 	return c
 }
 
-// AddCapacity adds two vectors (the seed's addCapacity). Adding vectors of two
-// different Spot types is invalid.
+// AddCapacity adds two vectors. Adding vectors of two different Spot types is
+// invalid.
 func AddCapacity(left, right CapacityVector) (CapacityVector, error) {
 	sum := CapacityVector{Actors: left.Actors + right.Actors, Spots: left.Spots + right.Spots}
 	if left.SpotType != nil {

@@ -4,19 +4,44 @@
 // or completeCreation for Actors), and how groups of rows move between owners
 // atomically (prepare → commit/abort of an aggregate).
 //
-// The contract is a port of the framework's TypeScript in-memory store
-// (ZLinkInMemoryAuthorityStore). Providers live in provider/memory and
-// provider/etcd; the conformance suite in conformance/ is the executable
-// statement of the semantics written down here.
+// Providers live in provider/memory and provider/etcd; the conformance suite
+// in conformance/ is the executable statement of the semantics written down
+// here. The behaviour was specified by a TypeScript reference implementation;
+// docs/glossary.md maps its names to these, and docs/deviations.md lists every
+// deliberate difference.
 //
-// Everything both providers must check about their input is implemented once
-// in this package (the Validate* functions). Errors caused by bad input wrap
-// ErrInvalidArgument, carry the seed's message, and a provider returns them
-// before it writes anything.
+// # The API
+//
+// [Store] is what callers use: [AuthorityStore] (read, compare-and-swap,
+// remove by owner, list), [ObjectCreationStore] (reserve, commit, abort,
+// completeCreation, creation terminals), [AggregateStore] (prepare, commit and
+// abort of aggregates) and [CapacityReader]. The optional [ChangeWaiter] and
+// [RelocationStore] are offered by providers that can. A provider is given
+// its policy through the hooks [LivenessOracle], [CapacityPolicy] and
+// [IdentityClaims].
 //
 // Outcomes that are part of the protocol (a conflict, a stale commit, an
 // exhausted capacity, ...) are not errors: every operation returns a result
-// whose Kind names the outcome with the seed's vocabulary. Errors are reserved
-// for invalid input, cancelled contexts and provider failures (ErrUnavailable,
-// ErrOutcomeUnknown, ...).
+// whose [ResultKind] names the outcome. Errors are reserved for invalid input
+// ([ErrInvalidArgument]: nothing was written), cancelled contexts and provider
+// failures ([ErrUnavailable], [ErrOutcomeUnknown], ...).
+//
+// # Provider toolkit
+//
+// Everything both providers must check or compute the same way is
+// implemented once here; callers of a Store need none of it.
+//
+//   - Input validation, run before a provider touches any state:
+//     [ValidateReserve], [ValidateCommit], [ValidateAbort],
+//     [ValidateCompleteCreation], [ValidateCompareExchange],
+//     [ValidateAggregatePrepare], [ValidateFence], [ValidateOwner],
+//     [ValidateKey], [ValidatePayload], [ValidateMutation],
+//     [ValidateScanLimit], [ValidateCapacityVector],
+//     [ValidateCreationOperation], [ValidateTerminalExpiry],
+//     [ValidateBlobPut] and [RequireText].
+//   - Errors: [Invalid] and [Wrap] build the typed errors providers return.
+//   - Listing cursors: [ScanPosition], [EncodeScanCursor], [DecodeScanCursor],
+//     [ParseScanCursor].
+//   - Capacity accounting: [CapacityEntries], [UsageCounter],
+//     [UsageCounters], [UsageVector], [AddCapacity].
 package authority

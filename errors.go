@@ -38,8 +38,7 @@ var (
 type Error struct {
 	// Sentinel is the exported sentinel this error matches with errors.Is.
 	Sentinel error
-	// Message is the human-readable message (for validation errors, the
-	// seed's message).
+	// Message is the human-readable message.
 	Message string
 	// Cause is the underlying error, if any.
 	Cause error

@@ -2,7 +2,8 @@ package authority
 
 import "time"
 
-// ResultKind names the outcome of an operation, with the seed's vocabulary.
+// ResultKind names the outcome of an operation (docs/glossary.md maps the
+// names to the TypeScript reference's).
 type ResultKind string
 
 // Outcome kinds. Each result type documents which of them it can carry.

@@ -79,23 +79,22 @@ type ChangeWaiter interface {
 	WaitForChange(ctx context.Context, key Key, seen StoreVersion) error
 }
 
-// LivenessOracle is the seed's isTargetLive hook.
+// LivenessOracle tells the store whether an owner lease is live on a node.
 type LivenessOracle interface {
 	// IsTargetLive reports whether owner is live on the node at that
 	// lifecycle generation.
 	IsTargetLive(node NodeDescriptor, lifecycleGeneration int64, owner OwnerToken) bool
 }
 
-// CapacityPolicy is the seed's placementCapacityAvailable hook. Without a
-// policy every placement fits.
+// CapacityPolicy decides whether a placement fits next to what its node
+// already holds. Without a policy every placement fits.
 type CapacityPolicy interface {
 	// PlacementCapacityAvailable reports whether requested fits next to what
 	// the node already has reserved and active, per counter of requested.
 	PlacementCapacityAvailable(node NodeDescriptor, requested, currentReserved, currentActive CapacityVector) bool
 }
 
-// IdentityClaims is the seed's identityClaimed hook: keys claimed elsewhere
-// cannot be reserved.
+// IdentityClaims names the keys claimed elsewhere: they cannot be reserved.
 type IdentityClaims interface {
 	// IdentityClaimed reports whether key is claimed.
 	IdentityClaimed(key Key) bool

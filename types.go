@@ -96,7 +96,7 @@ func (c CapacityVector) Clone() CapacityVector {
 	return c
 }
 
-// Equal reports whether two vectors are the same (the seed's sameCapacity).
+// Equal reports whether two vectors are the same.
 func (c CapacityVector) Equal(o CapacityVector) bool {
 	if c.Actors != o.Actors || c.Spots != o.Spots {
 		return false
@@ -519,8 +519,7 @@ func (r *AggregatePrepareRequest) Clone() *AggregatePrepareRequest {
 	return &c
 }
 
-// Equal reports whether two prepare requests are the same request (the seed's
-// sameAggregateRequest).
+// Equal reports whether two prepare requests are the same request.
 func (r *AggregatePrepareRequest) Equal(o *AggregatePrepareRequest) bool {
 	if r.AggregateID != o.AggregateID ||
 		r.AggregateGeneration != o.AggregateGeneration ||
@@ -556,7 +555,7 @@ type Fence struct {
 }
 
 // TargetAllocation is the active allocation the aggregate's capacity takes on
-// its target node (the seed's aggregateTargetAllocation).
+// its target node.
 func (r *AggregatePrepareRequest) TargetAllocation() PlacementAllocation {
 	a := PlacementAllocation{
 		State:                         AllocationActive,

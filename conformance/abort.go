@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +11,7 @@ import (
 
 // RunTestAbort checks Abort: aborted, alreadyAborted, the stale cases, and
 // that an abort releases the reserved capacity.
-func RunTestAbort(t *testing.T, f Factory) {
+func RunTestAbort(ctx context.Context, t *testing.T, f Factory) {
 	abort := func(t *testing.T, fx *Fixture, req authority.AbortRequest) authority.ResultKind {
 		t.Helper()
 		res, err := fx.Store().Abort(fx.Ctx(), req)
@@ -23,7 +24,7 @@ func RunTestAbort(t *testing.T, f Factory) {
 		require.Equal(t, authority.KindStale, abort(t, fx, req))
 		fx.RequireState(before)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Aborted", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			fx.RequireUsage(NodeA, authority.ObjectUserSpot, DefaultStableType, 0, 1)

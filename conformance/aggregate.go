@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"sync"
 	"testing"
 
@@ -53,8 +54,8 @@ func abortAggregateKind(t *testing.T, fx *Fixture, fence authority.Fence) author
 }
 
 // RunTestAggregatePrepare checks PrepareAggregate: prepared, alreadyPrepared,
-// and its conflict and stale cases, in the seed's order of checks.
-func RunTestAggregatePrepare(t *testing.T, f Factory) {
+// and its conflict and stale cases, in the contract's order of checks.
+func RunTestAggregatePrepare(ctx context.Context, t *testing.T, f Factory) {
 	// conflict requires KindConflict (or want) and no change at all.
 	rejected := func(t *testing.T, fx *Fixture, req authority.AggregatePrepareRequest, want authority.ResultKind) {
 		t.Helper()
@@ -62,7 +63,7 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 		require.Equal(t, want, prepareKind(t, fx, req))
 		fx.RequireState(before)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Prepared", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			before := fx.State()
@@ -106,7 +107,7 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 			rejected(t, fx, *other, authority.KindConflict)
 		}},
 		{"ConflictAnyFieldDiffers", func(t *testing.T, fx *Fixture) {
-			// seed sameAggregateRequest: a prepared record answers
+			// A prepared record answers
 			// alreadyPrepared only to the very same request; any field that
 			// differs is conflict, and the record stays as it was.
 			m := newMove(fx)
@@ -156,7 +157,7 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 			rejected(t, fx, m.req, authority.KindStale)
 		}},
 		{"StaleAfterCommitOtherRequest", func(t *testing.T, fx *Fixture) {
-			// seed: a committed record answers stale to any request of its
+			// A committed record answers stale to any request of its
 			// fence, not conflict.
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
@@ -224,7 +225,7 @@ func RunTestAggregatePrepare(t *testing.T, f Factory) {
 			rejected(t, fx, *req, authority.KindConflict)
 		}},
 		{"ConflictSpotTypeMismatch", func(t *testing.T, fx *Fixture) {
-			// seed sameCapacity compares the Spot type's kind and stable
+			// Capacity equality compares the Spot type's kind and stable
 			// type too: equal counts of another Spot type are conflict.
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			for _, st := range []authority.SpotTypeCapacity{
@@ -293,17 +294,17 @@ func requireVector(t *testing.T, want, got authority.CapacityVector, what string
 }
 
 // RunTestAggregatePolicy checks how PrepareAggregate consults the capacity
-// policy (the seed's hasPendingCapacity of aggregateTargetAllocation): once
+// policy (with the aggregate's TargetAllocation): once
 // the target is live, for the target node at the target lifecycle, with the
 // request's capacity and the target's reserved and active usage of the
 // counters that capacity names; that a prepared aggregate's capacity counts
 // as reserved for later decisions; that the record is checked before the
 // policy and commit does not consult it.
-func RunTestAggregatePolicy(t *testing.T, f Factory) {
+func RunTestAggregatePolicy(ctx context.Context, t *testing.T, f Factory) {
 	spots := func(spots, typed int64) authority.CapacityVector {
 		return authority.CapacityVector{Spots: spots, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: DefaultStableType, Count: typed}}
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"SeesTargetUsage", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fx.Reserve(authority.ObjectActor, "b2", TargetB)
@@ -389,7 +390,7 @@ func RunTestAggregatePolicy(t *testing.T, f Factory) {
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 2, 0)
 		}},
 		{"MixedSpotTypesRejected", func(t *testing.T, fx *Fixture) {
-			// seed addCapacity throws a TypeError when newOwner participants
+			// AddCapacity refuses newOwner participants that
 			// carry two Spot types; nothing is written.
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			other := fx.ReserveRequest(authority.ObjectUserSpot, "s2", TargetA)
@@ -413,14 +414,14 @@ func RunTestAggregatePolicy(t *testing.T, f Factory) {
 // RunTestAggregateCommit checks CommitAggregate: every participant or none,
 // the owner transition of newOwner participants, capacity moved from source
 // to target, alreadyCommitted and the stale cases.
-func RunTestAggregateCommit(t *testing.T, f Factory) {
+func RunTestAggregateCommit(ctx context.Context, t *testing.T, f Factory) {
 	stale := func(t *testing.T, fx *Fixture, fence authority.Fence) {
 		t.Helper()
 		before := fx.State()
 		require.Equal(t, authority.KindStale, commitAggregateKind(t, fx, fence))
 		fx.RequireState(before)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Committed", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			fence := fx.MustPrepare(m.req)
@@ -465,7 +466,7 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 			require.Equal(t, DefaultStableType, s.Allocation.StableType)
 		}},
 		{"MovesMixedCapacity", func(t *testing.T, fx *Fixture) {
-			// seed addCapacity/aggregateTargetAllocation: an Actor and a Spot
+			// An Actor and a Spot
 			// moved together reserve, then activate, every counter of their
 			// summed vector on the target, and release each row's own
 			// counters on the source.
@@ -547,7 +548,7 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 			fx.RequireUsage(NodeB, authority.ObjectActor, "", 1, 0)
 		}},
 		{"TwoPreparedOverSameRows", func(t *testing.T, fx *Fixture) {
-			// seed: prepare writes no row and locks none, so two aggregates
+			// Prepare writes no row and locks none, so two aggregates
 			// may be prepared over the same rows (each reserving target
 			// capacity); the first commit wins, the second is stale but
 			// still prepared, and its abort releases its capacity.
@@ -645,8 +646,8 @@ func RunTestAggregateCommit(t *testing.T, f Factory) {
 
 // RunTestAggregateAbort checks AbortAggregate: aborted (releasing the
 // target's reserved capacity), alreadyAborted and the stale cases.
-func RunTestAggregateAbort(t *testing.T, f Factory) {
-	runSubtests(t, f, []subtest{
+func RunTestAggregateAbort(ctx context.Context, t *testing.T, f Factory) {
+	runSubtests(ctx, t, f, []subtest{
 		{"Aborted", func(t *testing.T, fx *Fixture) {
 			m := newMove(fx)
 			before := fx.State()
@@ -676,7 +677,7 @@ func RunTestAggregateAbort(t *testing.T, f Factory) {
 			fx.RequireState(before)
 		}},
 		{"AbortedReleasesSpotCapacity", func(t *testing.T, fx *Fixture) {
-			// seed abortAggregate releases every counter of the target
+			// AbortAggregate releases every counter of the target
 			// allocation, Spot counters included.
 			s1 := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			before := fx.State()

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"sync"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 
 // RunTestCapacity checks capacity accounting (CapacityUsage per counter,
 // node and lifecycle generation) and exhaustion through the capacity policy.
-func RunTestCapacity(t *testing.T, f Factory) {
-	runSubtests(t, f, []subtest{
+func RunTestCapacity(ctx context.Context, t *testing.T, f Factory) {
+	runSubtests(ctx, t, f, []subtest{
 		{"ZeroWhenEmpty", func(t *testing.T, fx *Fixture) {
 			for _, u := range fx.State().Usage {
 				require.Equal(t, authority.CapacityUsage{}, u)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,7 +12,7 @@ import (
 // RunTestCompareExchange checks CompareExchangeAuthority: put, delete,
 // rebindOwnerLease and restore, with live and dead owners, and conflicts
 // that report the row as it is.
-func RunTestCompareExchange(t *testing.T, f Factory) {
+func RunTestCompareExchange(ctx context.Context, t *testing.T, f Factory) {
 	cas := func(t *testing.T, fx *Fixture, key authority.Key, v authority.StoreVersion, m authority.Mutation) authority.CompareExchangeResult {
 		t.Helper()
 		res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), key, v, m)
@@ -37,7 +38,7 @@ func RunTestCompareExchange(t *testing.T, f Factory) {
 		return fx.Key(authority.ObjectUserSpot, "s1"), s
 	}
 	lease2 := authority.OwnerToken{OwnerID: OwnerA.OwnerID, LeaseGeneration: OwnerA.LeaseGeneration + 1}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"PutStored", func(t *testing.T, fx *Fixture) {
 			key, s := active(fx)
 			res := cas(t, fx, key, s.StoreVersion, authority.Put([]byte("v2")))
@@ -157,7 +158,7 @@ func RunTestCompareExchange(t *testing.T, f Factory) {
 			conflict(t, fx, key, s.StoreVersion, authority.RebindOwnerLease(OwnerA, lease2, []byte("x")))
 		}},
 		{"RebindConflictTargetLiveElsewhere", func(t *testing.T, fx *Fixture) {
-			// seed: the target lease must be live on the row's own node at
+			// The target lease must be live on the row's own node at
 			// the row's lifecycle generation; live anywhere else is not enough.
 			key, s := active(fx)
 			fx.SetLive(Target(NodeB, NodeLifecycle, lease2), true)

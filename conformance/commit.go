@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +11,7 @@ import (
 
 // RunTestCommit checks Commit: committed, alreadyCommitted and every stale
 // case, and that a stale commit changes nothing.
-func RunTestCommit(t *testing.T, f Factory) {
+func RunTestCommit(ctx context.Context, t *testing.T, f Factory) {
 	stale := func(t *testing.T, fx *Fixture, req authority.CommitRequest) {
 		t.Helper()
 		before := fx.State()
@@ -32,7 +33,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 		fx.RequireState(before)
 		return res.Ready
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Committed", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			c := r.Res.Creating
@@ -61,7 +62,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 			alreadyCommitted(t, fx, r, put)
 		}},
 		{"AlreadyCommittedAfterMove", func(t *testing.T, fx *Fixture) {
-			// seed: a committed reservation whose row is active answers
+			// A committed reservation whose row is active answers
 			// alreadyCommitted with the row as it is now, even after an
 			// aggregate moved it to another node and owner.
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
@@ -113,7 +114,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 			stale(t, fx, req)
 		}},
 		{"StaleWrongTargetNode", func(t *testing.T, fx *Fixture) {
-			// seed sameCreationTarget: the node (mesh and RID) is part of
+			// The node (mesh and RID) is part of
 			// the target, not only the owner and lifecycle generation.
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			for _, target := range fx.TargetsElsewhere(TargetA) {
@@ -178,7 +179,7 @@ func RunTestCommit(t *testing.T, f Factory) {
 			RequireSameRow(t, r2.Res.Creating, fx.MustRow(r2.Key))
 		}},
 		{"RetryAfterKeyRecreatedAndCommittedReportsNewRow", func(t *testing.T, fx *Fixture) {
-			// The seed answers a committed reservation's retry with
+			// A committed reservation's retry is answered with
 			// alreadyCommitted and the row now active at the key, whichever
 			// reservation made it; nothing is committed again. The caller
 			// tells the rows apart by ObjectGeneration.

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -10,10 +11,10 @@ import (
 )
 
 // RunTestCompleteCreation checks CompleteCreation: created, rejected, failed,
-// alreadyCompleted and the stale cases, in the seed's order of checks (a live
+// alreadyCompleted and the stale cases, in the contract's order of checks (a live
 // terminal of the operation first, then the reservation's own terminal, then
 // the row).
-func RunTestCompleteCreation(t *testing.T, f Factory) {
+func RunTestCompleteCreation(ctx context.Context, t *testing.T, f Factory) {
 	complete := func(t *testing.T, fx *Fixture, req authority.CompleteCreationRequest) authority.CompleteCreationResult {
 		t.Helper()
 		res, err := fx.Store().CompleteCreation(fx.Ctx(), req)
@@ -43,7 +44,7 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 		require.True(t, got.ExpiresAt.Equal(pub.OperationDeadline.Add(authority.CreationTerminalRetention)),
 			"terminal expires at %v, want deadline %v + 5 min", got.ExpiresAt, pub.OperationDeadline)
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Created", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			pub := fx.Publication()
@@ -201,7 +202,7 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			requireTerminal(t, r2, pub, authority.TerminalCreated, res.Terminal)
 		}},
 		{"AlreadyCompletedJustBeforeTerminalExpiry", func(t *testing.T, fx *Fixture) {
-			// seed: an existing terminal answers while expiresAt > now.
+			// An existing terminal answers while expiresAt > now.
 			needClock(t, fx)
 			r1 := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			op := fx.Operation()
@@ -218,7 +219,7 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			fx.RequireState(before)
 		}},
 		{"OperationReusableAtTerminalExpiry", func(t *testing.T, fx *Fixture) {
-			// seed: a terminal whose expiresAt <= now is gone for
+			// A terminal whose expiresAt <= now is gone for
 			// completeCreation (creationTerminalAvailable), so at exactly
 			// its expiry the operation completes another reservation.
 			needClock(t, fx)
@@ -236,7 +237,7 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			require.Equal(t, r2.Res.ReservationID, read.Record.ReservationID)
 		}},
 		{"PublicationValidUntilItsExpiry", func(t *testing.T, fx *Fixture) {
-			// seed: the publication is refused only when expiresAt <= now.
+			// The publication is refused only when expiresAt <= now.
 			needClock(t, fx)
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			pub := fx.Publication()
@@ -249,8 +250,7 @@ func RunTestCompleteCreation(t *testing.T, f Factory) {
 			require.Equal(t, authority.KindFound, read.Kind)
 		}},
 		{"PublicationInvalidAtItsExpiry", func(t *testing.T, fx *Fixture) {
-			// seed validateTerminalForMutation: expiresAtMs <= storeNow is a
-			// RangeError, checked before any state (so also for a retry).
+			// A terminal with expiresAt <= store now is invalid input, checked before any state (so also for a retry).
 			needClock(t, fx)
 			r := fx.Reserve(authority.ObjectActor, "a1", TargetA)
 			pub := fx.Publication()

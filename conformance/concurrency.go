@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -17,7 +18,7 @@ const Contention = 32
 // RunTestConcurrency checks the store under contention, Orleans-style: many
 // goroutines racing for one key see exactly one winner, and retrying
 // read-modify-write compare-exchanges lose no update.
-func RunTestConcurrency(t *testing.T, f Factory) {
+func RunTestConcurrency(ctx context.Context, t *testing.T, f Factory) {
 	// race runs fn(i) on n goroutines started together and returns once all
 	// returned.
 	race := func(n int, fn func(i int)) {
@@ -47,7 +48,7 @@ func RunTestConcurrency(t *testing.T, f Factory) {
 		}
 		return m
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"ReserveSameKeyOneWinner", func(t *testing.T, fx *Fixture) {
 			reqs := make([]authority.ReserveRequest, Contention)
 			for i := range reqs {

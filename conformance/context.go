@@ -10,10 +10,9 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// RunTestContext checks that every operation honours a cancelled context
-// (the seed's signal.throwIfAborted()): it fails with an error wrapping
-// context.Canceled and writes nothing.
-func RunTestContext(t *testing.T, f Factory) {
+// RunTestContext checks that every operation honours a cancelled context:
+// it fails with an error wrapping context.Canceled and writes nothing.
+func RunTestContext(ctx context.Context, t *testing.T, f Factory) {
 	type op struct {
 		name string
 		call func(ctx context.Context, fx *Fixture, w *world) error
@@ -86,10 +85,10 @@ func RunTestContext(t *testing.T, f Factory) {
 	}
 	for _, o := range ops {
 		t.Run(o.name, func(t *testing.T) {
-			fx := NewFixture(t, f(t))
+			fx := NewFixtureContext(ctx, t, f(t))
 			w := newWorld(fx)
 			before := fx.State()
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(fx.Ctx())
 			cancel()
 			err := o.call(ctx, fx, w)
 			require.Error(t, err)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,7 @@ import (
 // check of the operation; operations that take no new value (abort,
 // prepareAggregate, abortAggregate, removeAllByOwner, reads) still work.
 // It needs Harness.LeaveGenerations.
-func RunTestGenerationExhausted(t *testing.T, f Factory) {
+func RunTestGenerationExhausted(ctx context.Context, t *testing.T, f Factory) {
 	// leave moves counter c to left remaining values.
 	leave := func(t *testing.T, fx *Fixture, c GenerationCounter, left int64) {
 		t.Helper()
@@ -53,8 +54,8 @@ func RunTestGenerationExhausted(t *testing.T, f Factory) {
 		require.NoError(t, err)
 		return res
 	}
-	// Reserve takes one value of each counter (seed reserve: storeVersion,
-	// objectGeneration and ownerGeneration >= MAX_GENERATION).
+	// Reserve takes one value of each counter (store version,
+	// object generation and owner generation each up to MaxGeneration).
 	reserveExhausted := func(c GenerationCounter) func(t *testing.T, fx *Fixture) {
 		return func(t *testing.T, fx *Fixture) {
 			leave(t, fx, c, 0)
@@ -76,7 +77,7 @@ func RunTestGenerationExhausted(t *testing.T, f Factory) {
 			})
 		}
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"ReserveStoreVersion", reserveExhausted(StoreVersions)},
 		{"ReserveObjectGeneration", reserveExhausted(ObjectGenerations)},
 		{"ReserveOwnerGeneration", reserveExhausted(OwnerGenerations)},
@@ -84,7 +85,7 @@ func RunTestGenerationExhausted(t *testing.T, f Factory) {
 		{"ReserveTakesLastObjectGeneration", reserveLast(ObjectGenerations)},
 		{"ReserveTakesLastOwnerGeneration", reserveLast(OwnerGenerations)},
 		{"ReserveChecksRowsTargetAndCapacityFirst", func(t *testing.T, fx *Fixture) {
-			// The seed checks the identity claim, the existing row, the
+			// Reserve checks the identity claim, the existing row, the
 			// target and the capacity before the counters.
 			needGenerations(t, fx)
 			fx.Active(authority.ObjectUserSpot, "s1", TargetA)

@@ -72,17 +72,30 @@ type Fixture struct {
 	T testing.TB
 	H *Harness
 
+	ctx context.Context
+
 	seq uint64
 }
 
-// NewFixture returns a fixture over h and marks TargetA and TargetB live.
+// NewFixture returns a fixture over h whose operations run on t.Context(),
+// and marks TargetA and TargetB live.
 func NewFixture(t testing.TB, h *Harness) *Fixture {
+	t.Helper()
+	return NewFixtureContext(t.Context(), t, h)
+}
+
+// NewFixtureContext returns a fixture over h whose operations run on a
+// context carrying ctx's values and deadline that also ends when t ends (its
+// cleanup), and marks TargetA and TargetB live.
+func NewFixtureContext(ctx context.Context, t testing.TB, h *Harness) *Fixture {
 	t.Helper()
 	require.NotNil(t, h, "factory returned no harness")
 	require.NotNil(t, h.Store, "harness has no store")
 	require.NotNil(t, h.SetLive, "harness has no SetLive")
 	require.NotNil(t, h.Now, "harness has no Now")
-	f := &Fixture{T: t, H: h}
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	f := &Fixture{T: t, H: h, ctx: ctx}
 	f.SetLive(TargetA, true)
 	f.SetLive(TargetB, true)
 	return f
@@ -91,8 +104,8 @@ func NewFixture(t testing.TB, h *Harness) *Fixture {
 // Store returns the store under test.
 func (f *Fixture) Store() authority.Store { return f.H.Store }
 
-// Ctx returns the context operations run with.
-func (f *Fixture) Ctx() context.Context { return context.Background() }
+// Ctx returns the context operations run with (see NewFixtureContext).
+func (f *Fixture) Ctx() context.Context { return f.ctx }
 
 // SetLive marks the owner of target live or dead on the target's node.
 func (f *Fixture) SetLive(target authority.CreationTarget, live bool) {
@@ -469,8 +482,8 @@ func RequireSameRow(t testing.TB, want, got *authority.Snapshot) {
 
 // TargetsElsewhere returns target moved to another node of its mesh and to
 // a node of the same RID in another mesh, with the same lifecycle
-// generation and owner, each marked live: the seed's sameCreationTarget
-// tells them from target by the node alone.
+// generation and owner, each marked live: only the node tells them
+// from target.
 func (f *Fixture) TargetsElsewhere(target authority.CreationTarget) []authority.CreationTarget {
 	f.T.Helper()
 	owner, lifecycle := target.Owner, target.NodeLifecycleGeneration

@@ -60,7 +60,8 @@ type Harness struct {
 	LeaveGenerations func(t testing.TB, c GenerationCounter, left int64)
 }
 
-// GenerationCounter names one of the seed's three counters.
+// GenerationCounter names one of the store's three counters (store
+// version, object generation, owner generation).
 type GenerationCounter int
 
 // The counters LeaveGenerations moves.

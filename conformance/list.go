@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -14,7 +15,7 @@ import (
 // once whatever the limit), prefix isolation, cursor checks, and that a
 // listing is never torn by writes between its pages: it is either the
 // snapshot of the first page's moment or ends in scanExpired.
-func RunTestList(t *testing.T, f Factory) {
+func RunTestList(ctx context.Context, t *testing.T, f Factory) {
 	// populate creates active actors with ids and returns their rows by key.
 	populate := func(fx *Fixture, ids ...string) map[authority.Key]*authority.Snapshot {
 		rows := map[authority.Key]*authority.Snapshot{}
@@ -96,7 +97,7 @@ func RunTestList(t *testing.T, f Factory) {
 		require.NotEmpty(t, res.NextCursor)
 		return res.NextCursor
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"Empty", func(t *testing.T, fx *Fixture) {
 			res := list(t, fx, authority.KindPrefix(authority.ObjectActor), "", 10)
 			require.Equal(t, authority.KindPage, res.Kind)

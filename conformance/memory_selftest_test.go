@@ -53,4 +53,4 @@ func memoryFactory(t *testing.T) *conformance.Harness {
 	}
 }
 
-func TestConformanceMemory(t *testing.T) { conformance.RunAll(t, memoryFactory) }
+func TestConformanceMemory(t *testing.T) { conformance.RunAll(t.Context(), t, memoryFactory) }

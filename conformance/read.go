@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 
 // RunTestReadAuthority checks ReadAuthority: missing rows, reserved and
 // active rows, copies and version stability.
-func RunTestReadAuthority(t *testing.T, f Factory) {
-	runSubtests(t, f, []subtest{
+func RunTestReadAuthority(ctx context.Context, t *testing.T, f Factory) {
+	runSubtests(ctx, t, f, []subtest{
 		{"MissingRow", func(t *testing.T, fx *Fixture) {
 			res := fx.Read(fx.Key(authority.ObjectActor, "nobody"))
 			require.Equal(t, authority.KindMissing, res.Kind)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 
 // RunTestRelocationStore checks the optional relocation blob store: put,
 // read, delete, expiry, and input validation.
-func RunTestRelocationStore(t *testing.T, f Factory) {
+func RunTestRelocationStore(ctx context.Context, t *testing.T, f Factory) {
 	store := func(t *testing.T, fx *Fixture) authority.RelocationStore {
 		t.Helper()
 		if fx.H.Relocation == nil {
@@ -33,7 +34,7 @@ func RunTestRelocationStore(t *testing.T, f Factory) {
 		require.NoError(t, err)
 		return res
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"PutRead", func(t *testing.T, fx *Fixture) {
 			rs := store(t, fx)
 			rec := put(t, fx, rs, []byte("envelope"), time.Hour)

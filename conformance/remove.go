@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,14 +11,14 @@ import (
 
 // RunTestRemoveAllByOwner checks RemoveAllByOwner on active and reserved
 // rows, its count, its effect on capacity, and that it touches nothing else.
-func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
+func RunTestRemoveAllByOwner(ctx context.Context, t *testing.T, f Factory) {
 	remove := func(t *testing.T, fx *Fixture, owner authority.OwnerToken) int64 {
 		t.Helper()
 		n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), owner)
 		require.NoError(t, err)
 		return n
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"RemovesActiveRows", func(t *testing.T, fx *Fixture) {
 			fx.Active(authority.ObjectActor, "a1", TargetA)
 			fx.Active(authority.ObjectActor, "a2", TargetA)
@@ -47,7 +48,7 @@ func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
 			}
 		}},
 		{"RemovesRowsOnEveryNode", func(t *testing.T, fx *Fixture) {
-			// seed: the owner token alone selects the rows, whatever node
+			// The owner token alone selects the rows, whatever node
 			// or lifecycle generation they are on; each row's capacity is
 			// released on its own node lifecycle.
 			onB := Target(NodeB, NodeLifecycle, OwnerA)
@@ -110,7 +111,7 @@ func RunTestRemoveAllByOwner(t *testing.T, f Factory) {
 			require.Equal(t, int64(1), remove(t, fx, OwnerA))
 		}},
 		{"SourceRowsOfPreparedAggregate", func(t *testing.T, fx *Fixture) {
-			// The seed removes the owner's rows and nothing else: the
+			// RemoveAllByOwner removes the owner's rows and nothing else: the
 			// prepared aggregate and the target capacity it reserved stay,
 			// its commit is stale (a participant is missing), its abort
 			// releases the capacity.

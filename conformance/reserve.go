@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,8 +12,8 @@ import (
 // RunTestReserve checks every outcome of Reserve and the order of its checks:
 // identityClaimed, then an existing row (typeMismatch, alreadyExists,
 // conflict), then target liveness, then placement capacity.
-func RunTestReserve(t *testing.T, f Factory) {
-	runSubtests(t, f, []subtest{
+func RunTestReserve(ctx context.Context, t *testing.T, f Factory) {
+	runSubtests(ctx, t, f, []subtest{
 		{"Reserved", func(t *testing.T, fx *Fixture) {
 			req := fx.ReserveRequest(authority.ObjectUserSpot, "s1", TargetA)
 			r := fx.MustReserve(req)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,9 +13,9 @@ import (
 // RunTestRetention checks how long finished records answer retries: a
 // committed or aborted reservation, and a committed or aborted aggregate,
 // answer already* until Harness.RecordRetention has passed and are then
-// gone (the seed keeps them forever; see docs/deviations.md); a prepared
+// gone (docs/deviations.md M7, E2); a prepared
 // aggregate never expires.
-func RunTestRetention(t *testing.T, f Factory) {
+func RunTestRetention(ctx context.Context, t *testing.T, f Factory) {
 	// around calls before just before the retention of a record written now
 	// ends and after just after it.
 	around := func(t *testing.T, fx *Fixture, before, after func()) {
@@ -28,7 +29,7 @@ func RunTestRetention(t *testing.T, f Factory) {
 		fx.H.AdvanceClock(t, 2*time.Second)
 		after()
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"CommittedReservation", func(t *testing.T, fx *Fixture) {
 			r := fx.Reserve(authority.ObjectUserSpot, "s1", TargetA)
 			fx.MustCommit(r, []byte("ready"))

@@ -1,16 +1,19 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 )
 
 // RunAll runs every conformance test against stores made by f, each area as a
 // subtest named after it, so every provider reports the same subtest names.
-func RunAll(t *testing.T, f Factory) {
+// Every operation runs on a context derived from ctx (its values and
+// deadline) that also ends when its subtest ends; pass t.Context().
+func RunAll(ctx context.Context, t *testing.T, f Factory) {
 	t.Helper()
 	areas := []struct {
 		name string
-		run  func(*testing.T, Factory)
+		run  func(context.Context, *testing.T, Factory)
 	}{
 		{"ReadAuthority", RunTestReadAuthority},
 		{"Reserve", RunTestReserve},
@@ -35,7 +38,7 @@ func RunAll(t *testing.T, f Factory) {
 		{"GenerationExhausted", RunTestGenerationExhausted},
 	}
 	for _, a := range areas {
-		t.Run(a.name, func(t *testing.T) { a.run(t, f) })
+		t.Run(a.name, func(t *testing.T) { a.run(ctx, t, f) })
 	}
 }
 
@@ -45,12 +48,13 @@ type subtest struct {
 	run  func(t *testing.T, fx *Fixture)
 }
 
-// runSubtests runs each test as a subtest with a fresh harness from f.
-func runSubtests(t *testing.T, f Factory, tests []subtest) {
+// runSubtests runs each test as a subtest with a fresh harness from f and a
+// fixture whose operations run on a context derived from ctx.
+func runSubtests(ctx context.Context, t *testing.T, f Factory, tests []subtest) {
 	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.run(t, NewFixture(t, f(t)))
+			tc.run(t, NewFixtureContext(ctx, t, f(t)))
 		})
 	}
 }

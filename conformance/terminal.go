@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 // RunTestCreationTerminal checks ReadCreationTerminal: read-back of every
 // terminal state, isolation of operations, copies, and expiry at the
 // operation deadline plus five minutes.
-func RunTestCreationTerminal(t *testing.T, f Factory) {
+func RunTestCreationTerminal(ctx context.Context, t *testing.T, f Factory) {
 	read := func(t *testing.T, fx *Fixture, op authority.CreationOperation) authority.TerminalReadResult {
 		t.Helper()
 		res, err := fx.Store().ReadCreationTerminal(fx.Ctx(), op)
@@ -39,7 +40,7 @@ func RunTestCreationTerminal(t *testing.T, f Factory) {
 			requireFound(t, fx, res.Terminal)
 		}
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"MissingUnknownOperation", func(t *testing.T, fx *Fixture) {
 			res := read(t, fx, fx.Operation())
 			require.Equal(t, authority.KindMissing, res.Kind)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"strings"
@@ -42,7 +43,7 @@ func newWorld(fx *Fixture) *world {
 
 type badInput struct {
 	name string
-	// msg is a part of the seed's message the error must carry.
+	// msg is a part of the message the error must carry.
 	msg  string
 	call func(fx *Fixture, w *world) error
 }
@@ -50,9 +51,9 @@ type badInput struct {
 var tooBig = make([]byte, authority.MaxPayloadBytes+1)
 
 // RunTestValidation runs the bad-input table: every validation rule of the
-// seed, each case required to fail with ErrInvalidArgument (and the seed's
+// contract, each case required to fail with ErrInvalidArgument (and its
 // message) and to leave every row and capacity counter unchanged.
-func RunTestValidation(t *testing.T, f Factory) {
+func RunTestValidation(ctx context.Context, t *testing.T, f Factory) {
 	var cases []badInput
 	cases = append(cases, readCases()...)
 	cases = append(cases, casCases()...)
@@ -63,7 +64,7 @@ func RunTestValidation(t *testing.T, f Factory) {
 	cases = append(cases, aggregateCases()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := NewFixture(t, f(t))
+			fx := NewFixtureContext(ctx, t, f(t))
 			w := newWorld(fx)
 			before := fx.State()
 			err := tc.call(fx, w)

@@ -18,7 +18,7 @@ const waitBound = 30 * time.Second
 // RunTestWaitForChange checks the optional authority.ChangeWaiter: it
 // returns at once when the row already changed, wakes on a later write, and
 // honours its context.
-func RunTestWaitForChange(t *testing.T, f Factory) {
+func RunTestWaitForChange(ctx context.Context, t *testing.T, f Factory) {
 	waiter := func(t *testing.T, fx *Fixture) authority.ChangeWaiter {
 		t.Helper()
 		w, ok := fx.Store().(authority.ChangeWaiter)
@@ -28,7 +28,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 		return w
 	}
 	wait := func(w authority.ChangeWaiter, key authority.Key, seen authority.StoreVersion) error {
-		ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+		ctx, cancel := context.WithTimeout(ctx, waitBound)
 		defer cancel()
 		return w.WaitForChange(ctx, key, seen)
 	}
@@ -48,7 +48,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 			return nil
 		}
 	}
-	runSubtests(t, f, []subtest{
+	runSubtests(ctx, t, f, []subtest{
 		{"ReturnsWhenAlreadyChanged", func(t *testing.T, fx *Fixture) {
 			w := waiter(t, fx)
 			s := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
@@ -72,7 +72,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 			w := waiter(t, fx)
 			s := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			key := fx.Key(authority.ObjectUserSpot, "s1")
-			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			ctx, cancel := context.WithTimeout(fx.Ctx(), waitBound)
 			defer cancel()
 			done := background(ctx, w, key, s.StoreVersion)
 			fx.Put(key, s.StoreVersion, []byte("v2"))
@@ -81,7 +81,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 		{"WakesOnCreation", func(t *testing.T, fx *Fixture) {
 			w := waiter(t, fx)
 			key := fx.Key(authority.ObjectActor, "a1")
-			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			ctx, cancel := context.WithTimeout(fx.Ctx(), waitBound)
 			defer cancel()
 			done := background(ctx, w, key, "")
 			fx.Reserve(authority.ObjectActor, "a1", TargetA)
@@ -90,7 +90,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 		{"WakesOnRemoveAllByOwner", func(t *testing.T, fx *Fixture) {
 			w := waiter(t, fx)
 			s := fx.Active(authority.ObjectActor, "a1", TargetA)
-			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			ctx, cancel := context.WithTimeout(fx.Ctx(), waitBound)
 			defer cancel()
 			done := background(ctx, w, fx.Key(authority.ObjectActor, "a1"), s.StoreVersion)
 			n, err := fx.Store().RemoveAllByOwner(fx.Ctx(), OwnerA)
@@ -101,7 +101,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 		{"CancelledContext", func(t *testing.T, fx *Fixture) {
 			w := waiter(t, fx)
 			s := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(fx.Ctx())
 			cancel()
 			err := w.WaitForChange(ctx, fx.Key(authority.ObjectUserSpot, "s1"), s.StoreVersion)
 			require.Error(t, err)
@@ -110,7 +110,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 		{"CancelWhileWaiting", func(t *testing.T, fx *Fixture) {
 			w := waiter(t, fx)
 			s := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(fx.Ctx())
 			done := background(ctx, w, fx.Key(authority.ObjectUserSpot, "s1"), s.StoreVersion)
 			cancel()
 			err := result(t, done)
@@ -121,7 +121,7 @@ func RunTestWaitForChange(t *testing.T, f Factory) {
 			s := fx.Active(authority.ObjectUserSpot, "s1", TargetA)
 			// Writes to other rows do not wake the waiter.
 			fx.Active(authority.ObjectUserSpot, "s2", TargetA)
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			ctx, cancel := context.WithTimeout(fx.Ctx(), 50*time.Millisecond)
 			defer cancel()
 			err := w.WaitForChange(ctx, fx.Key(authority.ObjectUserSpot, "s1"), s.StoreVersion)
 			require.True(t, errors.Is(err, context.DeadlineExceeded), "error %v", err)

@@ -40,8 +40,8 @@ func creationPanicked() error {
 
 // spotGate serializes, for one User Spot, the local reservations of one
 // coordinator from before their Reserve until the winner's admission is
-// registered (or the loser has looked it up). In the seed a single JS thread
-// makes that step atomic; without it a loser could look for the winner's
+// registered (or the loser has looked it up). A single-threaded runtime makes
+// that step atomic; without it a loser could look for the winner's
 // admission before it exists, or after it was removed, and wait for a Ready
 // row that a rejected creation never writes.
 type spotGate struct {

@@ -17,12 +17,12 @@ const ContentReferencePrefix = "inline-v1:"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// CRC32C returns the CRC-32C (Castagnoli) checksum of b, the seed's crc32c.
+// CRC32C returns the CRC-32C (Castagnoli) checksum of b.
 func CRC32C(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // EncodeContentReference returns the inline creation content reference of
 // payload: "inline-v1:<crc32c as 8 lower-case hex digits>:<unpadded
-// base64url>" (the seed's encodeLocationCreationContent).
+// base64url>".
 func EncodeContentReference(payload []byte) string {
 	return fmt.Sprintf("%s%08x:%s", ContentReferencePrefix, CRC32C(payload), base64.RawURLEncoding.EncodeToString(payload))
 }
@@ -39,8 +39,7 @@ type ContentCheck struct {
 var NoContentCheck = ContentCheck{EncodedSize: -1}
 
 // DecodeContentReference decodes an inline creation content reference and
-// verifies its checksum, then check's size and SHA-256 (the seed's
-// decodeLocationCreationContent). The reference must be exactly what
+// verifies its checksum, then check's size and SHA-256. The reference must be exactly what
 // EncodeContentReference produces: malformed or non-canonical references wrap
 // ErrMalformed; a checksum, size or digest mismatch is a KindIntegrity *Error.
 func DecodeContentReference(ref string, check ContentCheck) ([]byte, error) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// ErrorKind names the framework error kind of a coordinator failure (the
-// seed's ZLinkFrameworkInternalErrorKind). An ErrorKind is itself an error, so
+// ErrorKind names the framework error kind of a coordinator failure. An
+// ErrorKind is itself an error, so
 // errors.Is(err, KindSpotMoving) tests the kind of any *Error in err's chain.
 type ErrorKind string
 
@@ -44,7 +44,7 @@ func (k ErrorKind) Error() string { return string(k) }
 type Error struct {
 	// Kind is the framework error kind.
 	Kind ErrorKind
-	// Message is the seed's human-readable message.
+	// Message is the human-readable message.
 	Message string
 	// Retryable reports whether the whole operation may be retried as is.
 	Retryable bool
@@ -146,8 +146,8 @@ const (
 )
 
 // asDeadline turns a bare context deadline error into KindDeadlineExceeded
-// naming op ("User Spot creation exceeded its end-to-end deadline.", the
-// seed's message) and leaves everything else alone.
+// naming op ("User Spot creation exceeded its end-to-end deadline.") and
+// leaves everything else alone.
 func asDeadline(err error, op string) error {
 	if err == nil {
 		return nil

@@ -82,7 +82,7 @@ type ReserveOutcome struct {
 }
 
 // PendingActivation is the pending projection of a reserved Instance row, as
-// a restarted node finds it (the seed's ServicePendingInstanceActivation).
+// a restarted node finds it.
 type PendingActivation struct {
 	StoreVersion             authority.StoreVersion
 	ObjectGeneration         int64
@@ -159,7 +159,7 @@ type InstanceOptions struct {
 	OnReady func(target ActivationTarget, route RouteFence)
 	// OnClaimConflict is called when a reservation loses to an existing row
 	// (reason "already_exists", "activation_in_progress" or the store's
-	// outcome kind): the seed's claim-conflict metric.
+	// outcome kind), for a claim-conflict metric.
 	OnClaimConflict func(meshName, stableType, reason string)
 	// PollInterval is the wait between reads while joining a concurrent
 	// activation or waiting out a close, when the store has no change feed
@@ -168,7 +168,7 @@ type InstanceOptions struct {
 }
 
 // InstanceActivationAuthority activates Instance Spots through the authority
-// store (the seed's ZLinkInstanceActivationAuthority). It is safe for
+// store. It is safe for
 // concurrent use. The reservations it holds live in memory; after a restart
 // a new authority takes them over with Resume.
 type InstanceActivationAuthority struct {
@@ -228,27 +228,7 @@ func (a *InstanceActivationAuthority) Read(ctx context.Context, target Activatio
 // reservation. A concurrent close is waited out; a concurrent activation is
 // joined (ReserveReady once it is Ready). Waits are bounded by act.Deadline.
 func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activation) (ReserveOutcome, error) {
-	target := act.Target
-	owner, err := a.requireOwner()
-	if err != nil {
-		return ReserveOutcome{}, err
-	}
-	requestBytes, err := EncodeRecoveryEnvelope(RecoveryEnvelope{TargetMeshName: a.opts.MeshName, Activation: act})
-	if err != nil {
-		return ReserveOutcome{}, err
-	}
-	if len(requestBytes) > authority.MaxPayloadBytes {
-		return ReserveOutcome{}, authority.Invalid("Encoded Instance activation request exceeds 1 MiB.")
-	}
-	key, err := instanceKey(target.TargetSpotID)
-	if err != nil {
-		return ReserveOutcome{}, err
-	}
-	creatingPayload, err := EncodeInstancePayload(Payload{
-		State: StateColdActivating, StableType: target.StableType, SpotID: target.TargetSpotID,
-		OwnerID: owner.OwnerID, OwnerLeaseGeneration: owner.LeaseGeneration,
-		OwnerMeshName: a.opts.MeshName, OwnerNodeRID: target.TargetNodeRID, OwnerNodeGeneration: target.TargetNodeGeneration,
-	})
+	req, err := a.buildActivationRequest(act)
 	if err != nil {
 		return ReserveOutcome{}, err
 	}
@@ -256,41 +236,116 @@ func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activatio
 	if rs == nil {
 		return ReserveOutcome{}, newError(KindInvalidOperation, "Instance activation requires a Relocation Store.", false, nil)
 	}
-	requestHash := sha256.Sum256(requestBytes)
-	stored, err := rs.PutNew(ctx, requestBytes, CreationRequestRetention)
+	ref, err := a.storeEnvelope(ctx, rs, req.envelope)
 	if err != nil {
-		return ReserveOutcome{}, failure(ctx, KindRequestFailed, "Relocation Store put failed.", err)
+		return ReserveOutcome{}, err
+	}
+	reserved, err := a.reserveAfterClose(ctx, act, req, ref)
+	if err != nil {
+		return ReserveOutcome{}, err
+	}
+	if reserved.Kind != authority.KindReserved {
+		return a.reserveLost(ctx, act, req.key, ref, reserved)
+	}
+	reservation := ActivationReservation{
+		Attempt:                  reserved.Creating.ObjectGeneration,
+		AuthorityOwnerGeneration: reserved.Creating.AuthorityOwnerGeneration,
+		Token:                    reserved.ReservationID,
+	}
+	a.mu.Lock()
+	a.pending[reservation.Token] = &pendingActivation{
+		reservationID: reserved.ReservationID, creating: reserved.Creating, owner: req.owner,
+		requestReference: ref, requestSHA256: req.sha256[:], requestEncodedSize: int64(len(req.envelope)),
+	}
+	a.mu.Unlock()
+	return ReserveOutcome{Kind: ReserveReserved, Reservation: reservation}, nil
+}
+
+// activationRequest is what Reserve builds before touching any store: the
+// row's key, the owner it reserves for, the encoded recovery envelope and
+// its digest, and the payload of the reserved row.
+type activationRequest struct {
+	key             authority.Key
+	owner           authority.OwnerToken
+	envelope        []byte
+	sha256          [sha256.Size]byte
+	creatingPayload []byte
+}
+
+// buildActivationRequest checks that this node holds an owner lease and
+// encodes act's recovery envelope (at most 1 MiB) and reserved payload.
+func (a *InstanceActivationAuthority) buildActivationRequest(act Activation) (activationRequest, error) {
+	target := act.Target
+	owner, err := a.requireOwner()
+	if err != nil {
+		return activationRequest{}, err
+	}
+	envelope, err := EncodeRecoveryEnvelope(RecoveryEnvelope{TargetMeshName: a.opts.MeshName, Activation: act})
+	if err != nil {
+		return activationRequest{}, err
+	}
+	if len(envelope) > authority.MaxPayloadBytes {
+		return activationRequest{}, authority.Invalid("Encoded Instance activation request exceeds 1 MiB.")
+	}
+	key, err := instanceKey(target.TargetSpotID)
+	if err != nil {
+		return activationRequest{}, err
+	}
+	creatingPayload, err := EncodeInstancePayload(Payload{
+		State: StateColdActivating, StableType: target.StableType, SpotID: target.TargetSpotID,
+		OwnerID: owner.OwnerID, OwnerLeaseGeneration: owner.LeaseGeneration,
+		OwnerMeshName: a.opts.MeshName, OwnerNodeRID: target.TargetNodeRID, OwnerNodeGeneration: target.TargetNodeGeneration,
+	})
+	if err != nil {
+		return activationRequest{}, err
+	}
+	return activationRequest{key: key, owner: owner, envelope: envelope, sha256: sha256.Sum256(envelope), creatingPayload: creatingPayload}, nil
+}
+
+// storeEnvelope puts the recovery envelope as a new relocation blob and
+// reads it back: a receipt that is not an unexpired blob of exactly these
+// bytes is KindIntegrity, and the blob is deleted on every failure.
+func (a *InstanceActivationAuthority) storeEnvelope(ctx context.Context, rs authority.RelocationStore, envelope []byte) (authority.BlobReference, error) {
+	stored, err := rs.PutNew(ctx, envelope, CreationRequestRetention)
+	if err != nil {
+		return "", failure(ctx, KindRequestFailed, "Relocation Store put failed.", err)
 	}
 	if stored.Reference == "" {
-		return ReserveOutcome{}, newError(KindIntegrity, "Relocation Store returned an invalid creation request receipt.", false, nil)
+		return "", newError(KindIntegrity, "Relocation Store returned an invalid creation request receipt.", false, nil)
 	}
 	storedRead, err := rs.Read(ctx, stored.Reference)
 	if err != nil {
 		// The receipt could not be checked, not found wrong: the failure is the
 		// read's (retryable when it was the deadline).
 		a.deleteOrphan(ctx, stored.Reference)
-		return ReserveOutcome{}, failure(ctx, KindRequestFailed, "Relocation Store read of the creation request failed.", err)
+		return "", failure(ctx, KindRequestFailed, "Relocation Store read of the creation request failed.", err)
 	}
 	if !stored.ExpiresAt.After(stored.StoreNow) ||
 		storedRead.Kind != authority.KindFound ||
-		CRC32C(storedRead.Bytes) != CRC32C(requestBytes) || !bytes.Equal(storedRead.Bytes, requestBytes) {
+		CRC32C(storedRead.Bytes) != CRC32C(envelope) || !bytes.Equal(storedRead.Bytes, envelope) {
 		a.deleteOrphan(ctx, stored.Reference)
-		return ReserveOutcome{}, newError(KindIntegrity, "Relocation Store returned an invalid creation request receipt.", false, err)
+		return "", newError(KindIntegrity, "Relocation Store returned an invalid creation request receipt.", false, err)
 	}
+	return stored.Reference, nil
+}
 
-	var reserved authority.ReserveResult
+// reserveAfterClose reserves the row, waiting out a Closing row that holds
+// the key and reserving again once it is gone. It returns the first outcome
+// that is not such a conflict.
+func (a *InstanceActivationAuthority) reserveAfterClose(ctx context.Context, act Activation, req activationRequest, ref authority.BlobReference) (authority.ReserveResult, error) {
+	target := act.Target
 	for {
-		reserved, err = a.opts.Store.Reserve(ctx, authority.ReserveRequest{
+		reserved, err := a.opts.Store.Reserve(ctx, authority.ReserveRequest{
 			Key: authority.ObjectKey{Kind: authority.ObjectInstanceSpot, GlobalID: target.TargetSpotID},
 			Intent: authority.CreationIntent{
-				StableType: target.StableType, RequestContentReference: string(stored.Reference),
-				RequestSHA256: requestHash[:], RequestEncodedSize: int64(len(requestBytes)),
+				StableType: target.StableType, RequestContentReference: string(ref),
+				RequestSHA256: req.sha256[:], RequestEncodedSize: int64(len(req.envelope)),
 			},
 			Target: authority.CreationTarget{
 				MeshName: a.opts.MeshName, NodeRID: target.TargetNodeRID,
-				NodeLifecycleGeneration: target.TargetNodeGeneration, Owner: owner,
+				NodeLifecycleGeneration: target.TargetNodeGeneration, Owner: req.owner,
 			},
-			CreatingPayload: creatingPayload,
+			CreatingPayload: req.creatingPayload,
 			Capacity:        spotCapacity(authority.ObjectInstanceSpot, target.StableType),
 		})
 		if err != nil {
@@ -299,26 +354,43 @@ func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activatio
 			// it if not), since a reserved row without its envelope cannot be
 			// recovered.
 			if !errors.Is(err, authority.ErrOutcomeUnknown) {
-				a.deleteOrphan(ctx, stored.Reference)
+				a.deleteOrphan(ctx, ref)
 			}
-			return ReserveOutcome{}, failure(ctx, KindRequestFailed, "Instance activation reservation Store operation failed.", err)
+			return authority.ReserveResult{}, failure(ctx, KindRequestFailed, "Instance activation reservation Store operation failed.", err)
 		}
-		if reserved.Kind == authority.KindConflict || reserved.Kind == authority.KindAlreadyExists {
-			if c := reserved.Current; c.Kind == authority.KindSnapshot {
-				if p, err := DecodeInstancePayload(c.Snapshot.Payload); err == nil && p.State == StateClosing {
-					if err := a.awaitClosingRelease(ctx, key, target, act.Deadline); err != nil {
-						a.deleteOrphan(ctx, stored.Reference)
-						return ReserveOutcome{}, err
-					}
-					continue
-				}
-			}
+		if !heldByClosingRow(reserved) {
+			return reserved, nil
 		}
-		if reserved.Kind != authority.KindAlreadyExists {
-			break
+		if err := a.awaitClosingRelease(ctx, req.key, target, act.Deadline); err != nil {
+			a.deleteOrphan(ctx, ref)
+			return authority.ReserveResult{}, err
 		}
+	}
+}
+
+// heldByClosingRow reports whether a reservation lost to a row in Closing
+// state.
+func heldByClosingRow(reserved authority.ReserveResult) bool {
+	if reserved.Kind != authority.KindConflict && reserved.Kind != authority.KindAlreadyExists {
+		return false
+	}
+	c := reserved.Current
+	if c.Kind != authority.KindSnapshot {
+		return false
+	}
+	p, err := DecodeInstancePayload(c.Snapshot.Payload)
+	return err == nil && p.State == StateClosing
+}
+
+// reserveLost settles a reservation that did not reserve: the envelope is
+// deleted; an existing Ready Instance answers ReserveReady, a concurrent
+// activation of the same stable type is joined, and anything else is an
+// error (KindPlacementCapacityExhausted for exhausted capacity).
+func (a *InstanceActivationAuthority) reserveLost(ctx context.Context, act Activation, key authority.Key, ref authority.BlobReference, reserved authority.ReserveResult) (ReserveOutcome, error) {
+	target := act.Target
+	if reserved.Kind == authority.KindAlreadyExists {
 		a.claimConflict(target.StableType, "already_exists")
-		a.deleteOrphan(ctx, stored.Reference)
+		a.deleteOrphan(ctx, ref)
 		route, err := readyExisting(reserved.Current.Snapshot, target)
 		if err != nil {
 			return ReserveOutcome{}, err
@@ -330,34 +402,20 @@ func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activatio
 		c.Snapshot.Allocation.StableType == target.StableType &&
 		c.Snapshot.Allocation.State == authority.AllocationReserved {
 		a.claimConflict(target.StableType, "activation_in_progress")
-		a.deleteOrphan(ctx, stored.Reference)
+		a.deleteOrphan(ctx, ref)
 		route, err := a.awaitConcurrentActivation(ctx, key, target, act.Deadline)
 		if err != nil {
 			return ReserveOutcome{}, err
 		}
 		return ReserveOutcome{Kind: ReserveReady, Route: route}, nil
 	}
-	if reserved.Kind != authority.KindReserved {
-		a.claimConflict(target.StableType, string(reserved.Kind))
-		a.deleteOrphan(ctx, stored.Reference)
-		if reserved.Kind == authority.KindPlacementCapacityExhausted {
-			return ReserveOutcome{}, newError(KindPlacementCapacityExhausted,
-				fmt.Sprintf("Instance Spot placement capacity is exhausted for '%s'.", target.TargetSpotID), false, nil)
-		}
-		return ReserveOutcome{}, newError(KindRequestFailed, fmt.Sprintf("Instance activation reservation failed: %s.", reserved.Kind), false, nil)
+	a.claimConflict(target.StableType, string(reserved.Kind))
+	a.deleteOrphan(ctx, ref)
+	if reserved.Kind == authority.KindPlacementCapacityExhausted {
+		return ReserveOutcome{}, newError(KindPlacementCapacityExhausted,
+			fmt.Sprintf("Instance Spot placement capacity is exhausted for '%s'.", target.TargetSpotID), false, nil)
 	}
-	reservation := ActivationReservation{
-		Attempt:                  reserved.Creating.ObjectGeneration,
-		AuthorityOwnerGeneration: reserved.Creating.AuthorityOwnerGeneration,
-		Token:                    reserved.ReservationID,
-	}
-	a.mu.Lock()
-	a.pending[reservation.Token] = &pendingActivation{
-		reservationID: reserved.ReservationID, creating: reserved.Creating, owner: owner,
-		requestReference: stored.Reference, requestSHA256: requestHash[:], requestEncodedSize: int64(len(requestBytes)),
-	}
-	a.mu.Unlock()
-	return ReserveOutcome{Kind: ReserveReserved, Reservation: reservation}, nil
+	return ReserveOutcome{}, newError(KindRequestFailed, fmt.Sprintf("Instance activation reservation failed: %s.", reserved.Kind), false, nil)
 }
 
 // Resume takes over, after a restart, the reserved activation whose pending

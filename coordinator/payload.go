@@ -215,22 +215,21 @@ func DecodePayload(b []byte) (Payload, error) {
 	return p, nil
 }
 
-// EncodeUserSpotPayload encodes a User Spot payload (the seed's
-// encodeServiceUserSpotAuthorityPayload); p.Kind is set for the caller.
+// EncodeUserSpotPayload encodes a User Spot payload; p.Kind is set for the
+// caller.
 func EncodeUserSpotPayload(p Payload) ([]byte, error) {
 	p.Kind = authority.ObjectUserSpot
 	return EncodePayload(p)
 }
 
-// EncodeInstancePayload encodes an Instance Spot payload (the seed's
-// encodeServiceInstanceAuthorityPayload); p.Kind is set for the caller.
+// EncodeInstancePayload encodes an Instance Spot payload; p.Kind is set for
+// the caller.
 func EncodeInstancePayload(p Payload) ([]byte, error) {
 	p.Kind = authority.ObjectInstanceSpot
 	return EncodePayload(p)
 }
 
-// DecodeInstancePayload decodes an Instance Spot payload in any state (the
-// seed's decodeServiceInstanceAuthorityPayload).
+// DecodeInstancePayload decodes an Instance Spot payload in any state.
 func DecodeInstancePayload(b []byte) (Payload, error) {
 	p, err := DecodePayload(b)
 	if err == nil && p.Kind != authority.ObjectInstanceSpot {
@@ -239,8 +238,8 @@ func DecodeInstancePayload(b []byte) (Payload, error) {
 	return p, err
 }
 
-// DecodeReadySpot decodes a payload in the ready state, of either Spot kind
-// (the seed's decodeServiceReadySpotAuthority). ok is false for anything else.
+// DecodeReadySpot decodes a payload in the ready state, of either Spot kind.
+// ok is false for anything else.
 func DecodeReadySpot(b []byte) (p Payload, ok bool) {
 	p, err := DecodePayload(b)
 	if err != nil || p.State != StateReady {

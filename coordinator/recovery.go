@@ -7,7 +7,7 @@ import (
 )
 
 // ActivationTarget names the Instance Spot an activation places and the node
-// it is activated on (the seed's ServiceInstanceActivationTarget).
+// it is activated on.
 type ActivationTarget struct {
 	TargetSpotID         string
 	StableType           string
@@ -15,8 +15,8 @@ type ActivationTarget struct {
 	TargetNodeGeneration int64
 }
 
-// Activation is an Instance activation request (the seed's recovery envelope
-// without its mesh name, which the authority adds).
+// Activation is an Instance activation request: a recovery envelope
+// without its mesh name, which the authority adds.
 type Activation struct {
 	Target ActivationTarget
 	// Deadline bounds the activation, including any wait for a concurrent
@@ -27,8 +27,7 @@ type Activation struct {
 }
 
 // RecoveryEnvelope is what an activation stores as its relocation blob, so
-// that a restarted node can resume it (a minimal equivalent of the seed's
-// ServiceInstanceActivationRecoveryEnvelope).
+// that a restarted node can resume it.
 type RecoveryEnvelope struct {
 	TargetMeshName string
 	Activation

@@ -193,8 +193,8 @@ func (c *UserSpotCoordinator) materializeRemoteCreate(ctx context.Context, req R
 		if returned {
 			return
 		}
-		// materialize, a hook or a publication panicked: roll back as the seed
-		// does for a thrown error, then let the panic go on (a second panic in
+		// materialize, a hook or a publication panicked: roll back as for a
+		// returned error, then let the panic go on (a second panic in
 		// the cleanup must not replace it).
 		if out.pub != nil {
 			_ = catchPanic("publication abort", func() error { out.pub.Abort(); return nil })
@@ -362,7 +362,7 @@ func (c *UserSpotCoordinator) rollback(ctx context.Context, abortReq authority.A
 				errs = append(errs, err)
 			}
 		case <-cctx.Done():
-			// The seed stops waiting when the cleanup deadline passes.
+			// Stop waiting when the cleanup deadline passes.
 			select {
 			case err := <-results:
 				if err != nil {

@@ -10,8 +10,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// CreationStore is what the coordinators need of an authority store (the
-// seed's ZLinkObjectCreationStore & ZLinkAuthorityStore). Every
+// CreationStore is what the coordinators need of an authority store: its
+// rows and the creation protocol. Every
 // authority.Store is one.
 type CreationStore interface {
 	authority.AuthorityStore
@@ -21,7 +21,7 @@ type CreationStore interface {
 // CreateState is the outcome of a User Spot creation.
 type CreateState string
 
-// Creation outcomes (the seed's ZLinkSpotCreateState).
+// Creation outcomes.
 const (
 	Created  CreateState = "created"
 	Existing CreateState = "existing"
@@ -135,8 +135,8 @@ type UserSpotOptions struct {
 	CleanupTimeout time.Duration
 }
 
-// UserSpotCoordinator creates and closes User Spots (the seed's
-// ZLinkUserSpotCreationCoordinator). It is safe for concurrent use.
+// UserSpotCoordinator creates and closes User Spots. It is safe for
+// concurrent use.
 type UserSpotCoordinator struct {
 	opts UserSpotOptions
 
@@ -196,118 +196,26 @@ func (c *UserSpotCoordinator) GetOrCreate(ctx context.Context, req CreateRequest
 	return res, asDeadline(err, opUserSpotCreation)
 }
 
+// getOrCreate reserves the Spot on a placement target, then either creates
+// it (the reservation won) or settles on the row that holds the key.
 func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Time, req CreateRequest, materialize MaterializeFunc, discard DiscardFunc) (CreateResult, error) {
-	sum := sha256.Sum256(req.RequestPayload)
-	ref := EncodeContentReference(req.RequestPayload)
-	excluded := map[string]bool{}
-	var (
-		target     Target
-		authTarget authority.CreationTarget
-		reserved   authority.ReserveResult
-	)
 	// unlock leaves the Spot's gate, entered before a local Reserve; it is
 	// called as soon as the outcome no longer needs it, and at the latest on
 	// return.
 	unlock := func() {}
 	defer func() { unlock() }()
-	for {
-		var ok bool
-		var err error
-		target, ok, err = c.opts.Placement(ctx, req, excluded)
-		if err != nil {
-			return CreateResult{}, failure(ctx, KindRequestFailed, "User Spot placement provider failed.", err)
-		}
-		if !ok {
-			return CreateResult{}, newError(KindPlacementCapacityExhausted, "No eligible User Spot placement target is ready.", true, nil)
-		}
-		if excluded[target.NodeRID] {
-			return CreateResult{}, newError(KindPlacementCapacityExhausted, "No additional User Spot placement target is ready.", true, nil)
-		}
-		authTarget = authority.CreationTarget{
-			MeshName: target.MeshName, NodeRID: target.NodeRID,
-			NodeLifecycleGeneration: target.NodeGeneration, Owner: target.Owner,
-		}
-		creating, err := EncodeUserSpotPayload(Payload{
-			State: StateCreating, StableType: req.StableType, SpotID: req.SpotID,
-			OwnerID: target.Owner.OwnerID, OwnerLeaseGeneration: target.Owner.LeaseGeneration,
-			OwnerMeshName: target.MeshName, OwnerNodeRID: target.NodeRID, OwnerNodeGeneration: target.NodeGeneration,
-		})
-		if err != nil {
-			return CreateResult{}, failure(ctx, KindRequestFailed, "User Spot placement target is invalid.", err)
-		}
-		if target.IsLocal {
-			if unlock, err = c.lockSpot(ctx, req.SpotID); err != nil {
-				unlock = func() {}
-				return CreateResult{}, err
-			}
-		}
-		reserved, err = c.opts.Store.Reserve(ctx, authority.ReserveRequest{
-			Key: authority.ObjectKey{Kind: authority.ObjectUserSpot, GlobalID: req.SpotID},
-			Intent: authority.CreationIntent{
-				StableType: req.StableType, RequestContentReference: ref,
-				RequestSHA256: sum[:], RequestEncodedSize: int64(len(req.RequestPayload)),
-			},
-			Target:          authTarget,
-			CreatingPayload: creating,
-			Capacity:        spotCapacity(authority.ObjectUserSpot, req.StableType),
-		})
-		if err != nil {
-			return CreateResult{}, failure(ctx, KindRequestFailed, "User Spot reservation Store operation failed.", err)
-		}
-		if reserved.Kind != authority.KindPlacementCapacityExhausted {
-			break
-		}
-		unlock()
-		excluded[target.NodeRID] = true
+	placed, err := c.reservePlaced(ctx, req, &unlock)
+	if err != nil {
+		return CreateResult{}, err
 	}
-
+	target, reserved := placed.target, placed.reserved
 	cur := reserved.Current
 	sameType := cur.Kind == authority.KindSnapshot && cur.Snapshot != nil &&
 		cur.Snapshot.Allocation.ObjectKind == authority.ObjectUserSpot &&
 		cur.Snapshot.Allocation.StableType == req.StableType
 	switch {
 	case reserved.Kind == authority.KindAlreadyExists || reserved.Kind == authority.KindConflict && sameType:
-		if cur.Kind == authority.KindSnapshot && cur.Snapshot.Allocation.State == authority.AllocationActive {
-			if req.GeneratedIdentity {
-				return CreateResult{}, spotIDConflict(req.SpotID)
-			}
-			spot, err := spotRef(cur.Snapshot, req.SpotID, req.StableType)
-			if err != nil {
-				return CreateResult{}, err
-			}
-			return CreateResult{Spot: spot, State: Existing}, nil
-		}
-		if cur.Kind != authority.KindSnapshot || !sameCreationTarget(cur.Snapshot, authTarget) {
-			if req.GeneratedIdentity {
-				return CreateResult{}, spotIDConflict(req.SpotID)
-			}
-			return CreateResult{}, newError(KindRequestFailed, "User Spot creation requires a remote generation-fenced create operation.", false, nil)
-		}
-		if cur.Snapshot.Allocation.State == authority.AllocationReserved && !target.IsLocal {
-			return c.remoteCreate(ctx, req, cur.Snapshot, target, deadline)
-		}
-		if cur.Snapshot.Allocation.State == authority.AllocationReserved && target.IsLocal {
-			var admitted *admission
-			if p := cur.Snapshot.PendingCreation; p != nil {
-				c.mu.Lock()
-				admitted = c.local[p.ReservationID]
-				c.mu.Unlock()
-			}
-			unlock()
-			if admitted != nil {
-				res, err := admitted.wait(ctx)
-				if err == nil && res.State == Created {
-					res.State = Existing
-				}
-				return res, err
-			}
-		}
-		unlock()
-		spot, err := c.awaitReady(ctx, req)
-		if err != nil {
-			return CreateResult{}, err
-		}
-		return CreateResult{Spot: spot, State: Existing}, nil
+		return c.settleOnExisting(ctx, deadline, req, placed, unlock)
 	case reserved.Kind == authority.KindTypeMismatch:
 		if req.GeneratedIdentity {
 			return CreateResult{}, spotIDConflict(req.SpotID)
@@ -328,8 +236,124 @@ func (c *UserSpotCoordinator) getOrCreate(ctx context.Context, deadline time.Tim
 	}, discard, unlock)
 }
 
-// awaitReady waits until the Spot is Ready (the seed polls; this waits on the
-// store's change feed when it has one).
+// placedReservation is the outcome of a reservation on a placement target.
+type placedReservation struct {
+	target     Target
+	authTarget authority.CreationTarget
+	reserved   authority.ReserveResult
+}
+
+// reservePlaced asks the placement provider for a target and reserves the
+// Spot on it, excluding every node whose capacity is exhausted and asking
+// again, until a reservation answers anything but
+// placementCapacityExhausted. A local target's reservation is made inside
+// the Spot's gate; *unlock then leaves it.
+func (c *UserSpotCoordinator) reservePlaced(ctx context.Context, req CreateRequest, unlock *func()) (placedReservation, error) {
+	sum := sha256.Sum256(req.RequestPayload)
+	ref := EncodeContentReference(req.RequestPayload)
+	excluded := map[string]bool{}
+	for {
+		target, ok, err := c.opts.Placement(ctx, req, excluded)
+		if err != nil {
+			return placedReservation{}, failure(ctx, KindRequestFailed, "User Spot placement provider failed.", err)
+		}
+		if !ok {
+			return placedReservation{}, newError(KindPlacementCapacityExhausted, "No eligible User Spot placement target is ready.", true, nil)
+		}
+		if excluded[target.NodeRID] {
+			return placedReservation{}, newError(KindPlacementCapacityExhausted, "No additional User Spot placement target is ready.", true, nil)
+		}
+		authTarget := authority.CreationTarget{
+			MeshName: target.MeshName, NodeRID: target.NodeRID,
+			NodeLifecycleGeneration: target.NodeGeneration, Owner: target.Owner,
+		}
+		creating, err := EncodeUserSpotPayload(Payload{
+			State: StateCreating, StableType: req.StableType, SpotID: req.SpotID,
+			OwnerID: target.Owner.OwnerID, OwnerLeaseGeneration: target.Owner.LeaseGeneration,
+			OwnerMeshName: target.MeshName, OwnerNodeRID: target.NodeRID, OwnerNodeGeneration: target.NodeGeneration,
+		})
+		if err != nil {
+			return placedReservation{}, failure(ctx, KindRequestFailed, "User Spot placement target is invalid.", err)
+		}
+		if target.IsLocal {
+			if *unlock, err = c.lockSpot(ctx, req.SpotID); err != nil {
+				*unlock = func() {}
+				return placedReservation{}, err
+			}
+		}
+		reserved, err := c.opts.Store.Reserve(ctx, authority.ReserveRequest{
+			Key: authority.ObjectKey{Kind: authority.ObjectUserSpot, GlobalID: req.SpotID},
+			Intent: authority.CreationIntent{
+				StableType: req.StableType, RequestContentReference: ref,
+				RequestSHA256: sum[:], RequestEncodedSize: int64(len(req.RequestPayload)),
+			},
+			Target:          authTarget,
+			CreatingPayload: creating,
+			Capacity:        spotCapacity(authority.ObjectUserSpot, req.StableType),
+		})
+		if err != nil {
+			return placedReservation{}, failure(ctx, KindRequestFailed, "User Spot reservation Store operation failed.", err)
+		}
+		if reserved.Kind != authority.KindPlacementCapacityExhausted {
+			return placedReservation{target: target, authTarget: authTarget, reserved: reserved}, nil
+		}
+		(*unlock)()
+		excluded[target.NodeRID] = true
+	}
+}
+
+// settleOnExisting answers a reservation that lost to a row of the same
+// Spot type: Existing once it is Ready, sharing a local winner's admission or
+// delivering the remote create of a reservation on a remote target, and an
+// error when the row is on another creation target (or the caller's
+// identity was generated and must not collide).
+func (c *UserSpotCoordinator) settleOnExisting(ctx context.Context, deadline time.Time, req CreateRequest, placed placedReservation, unlock func()) (CreateResult, error) {
+	target, cur := placed.target, placed.reserved.Current
+	if cur.Kind == authority.KindSnapshot && cur.Snapshot.Allocation.State == authority.AllocationActive {
+		if req.GeneratedIdentity {
+			return CreateResult{}, spotIDConflict(req.SpotID)
+		}
+		spot, err := spotRef(cur.Snapshot, req.SpotID, req.StableType)
+		if err != nil {
+			return CreateResult{}, err
+		}
+		return CreateResult{Spot: spot, State: Existing}, nil
+	}
+	if cur.Kind != authority.KindSnapshot || !sameCreationTarget(cur.Snapshot, placed.authTarget) {
+		if req.GeneratedIdentity {
+			return CreateResult{}, spotIDConflict(req.SpotID)
+		}
+		return CreateResult{}, newError(KindRequestFailed, "User Spot creation requires a remote generation-fenced create operation.", false, nil)
+	}
+	if cur.Snapshot.Allocation.State == authority.AllocationReserved && !target.IsLocal {
+		return c.remoteCreate(ctx, req, cur.Snapshot, target, deadline)
+	}
+	if cur.Snapshot.Allocation.State == authority.AllocationReserved && target.IsLocal {
+		var admitted *admission
+		if p := cur.Snapshot.PendingCreation; p != nil {
+			c.mu.Lock()
+			admitted = c.local[p.ReservationID]
+			c.mu.Unlock()
+		}
+		unlock()
+		if admitted != nil {
+			res, err := admitted.wait(ctx)
+			if err == nil && res.State == Created {
+				res.State = Existing
+			}
+			return res, err
+		}
+	}
+	unlock()
+	spot, err := c.awaitReady(ctx, req)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	return CreateResult{Spot: spot, State: Existing}, nil
+}
+
+// awaitReady waits until the Spot is Ready, on the store's change feed when
+// it has one, else polling.
 func (c *UserSpotCoordinator) awaitReady(ctx context.Context, req CreateRequest) (SpotRef, error) {
 	key, err := authority.EncodeKey(authority.ObjectUserSpot, req.SpotID)
 	if err != nil {
@@ -423,8 +447,7 @@ func readyRoute(spotID string, s *authority.Snapshot) ReadyRoute {
 	}
 }
 
-// userSpotPayload is the payload of s in state (the seed's
-// userSpotAuthorityPayload).
+// userSpotPayload is the payload of s in state.
 func userSpotPayload(s *authority.Snapshot, spotID string, state State) ([]byte, error) {
 	return EncodeUserSpotPayload(Payload{
 		State: state, StableType: s.Allocation.StableType, SpotID: spotID,

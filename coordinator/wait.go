@@ -7,7 +7,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// defaultPollInterval is the seed's poll interval, used when the store has no
+// defaultPollInterval is the wait between reads when the store has no
 // change feed.
 const defaultPollInterval = 10 * time.Millisecond
 

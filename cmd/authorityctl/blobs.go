@@ -38,34 +38,24 @@ content itself is not printed.`,
 				}
 				now := time.Now()
 				t := &table{header: []string{"REFERENCE", "SIZE", "EXPIRES-IN"}, wide: []string{"SHA256", "REVISION"}}
-				for _, b := range blobs {
+				return renderItems(g, blobs, t, func(t *table, b blobView) {
 					at, _ := time.Parse(time.RFC3339, b.ExpiresAt)
 					t.add(b.Reference, strconv.Itoa(b.Size), until(at, now), b.SHA256, strconv.FormatInt(b.Revision, 10))
-				}
-				return render(g.stdout, g.output, itemsView[blobView]{Items: blobs}, t)
+				})
 			})
 		},
 	}
 }
 
 func listBlobs(ctx context.Context, c *clientv3.Client, ns string) ([]blobView, error) {
-	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryBlob))
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	out := []blobView{}
-	for _, kv := range kvs {
-		e, err := etcdstore.DecodeEntry(ns, kv)
-		if err != nil {
-			return nil, err
-		}
+	return listEntries(ctx, c, ns, entryQuery{prefix: etcdstore.Prefix(ns, etcdstore.EntryBlob)}, func(le listedEntry) (blobView, bool, error) {
+		e := le.entry
 		if e.Blob == nil || e.Expired(now) {
-			continue
+			return blobView{}, false, nil
 		}
 		sum := sha256.Sum256(e.Blob.Data)
-		out = append(out, blobView{Reference: string(e.BlobReference), Size: len(e.Blob.Data), SHA256: hex.EncodeToString(sum[:]),
-			ExpiresAt: rfc3339(e.Blob.ExpiresAt), Revision: kv.ModRevision})
-	}
-	return out, nil
+		return blobView{Reference: string(e.BlobReference), Size: len(e.Blob.Data), SHA256: hex.EncodeToString(sum[:]),
+			ExpiresAt: rfc3339(e.Blob.ExpiresAt), Revision: le.kv.ModRevision}, true, nil
+	})
 }

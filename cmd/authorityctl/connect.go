@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 
@@ -17,39 +15,24 @@ import (
 	"go.uber.org/zap"
 )
 
-// tlsConfig builds the TLS settings of the flags (nil: plain text). Errors
-// name the file at fault.
+// tlsConfig builds the TLS settings of the flags (nil: plain text) with the
+// provider's etcdstore.ClientTLS. Errors name the flag and file at fault.
 func (g *globals) tlsConfig() (*tls.Config, error) {
-	if g.cacert == "" && g.cert == "" {
-		return nil, nil
+	t, err := etcdstore.ClientTLS(g.cacert, g.cert, g.key)
+	var fe *etcdstore.TLSFileError
+	if err == nil || !errors.As(err, &fe) {
+		return t, err
 	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if g.cacert != "" {
-		pem, err := os.ReadFile(g.cacert)
-		if err != nil {
-			return nil, fmt.Errorf("TLS: cannot read --cacert file %q: %w", g.cacert, err)
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("TLS: --cacert file %q holds no PEM certificate", g.cacert)
-		}
+	flag := map[etcdstore.TLSFile]string{etcdstore.TLSFileCA: "--cacert", etcdstore.TLSFileCert: "--cert", etcdstore.TLSFileKey: "--key"}[fe.File]
+	switch fe.Problem {
+	case etcdstore.TLSNoCertificate:
+		return nil, fmt.Errorf("TLS: %s file %q holds no PEM certificate", flag, fe.Path)
+	case etcdstore.TLSNotAKeyPair:
+		return nil, fmt.Errorf("TLS: --cert %q and --key %q are not a usable key pair: %w", g.cert, g.key, fe.Err)
+	case etcdstore.TLSUnreadable:
+		return nil, fmt.Errorf("TLS: cannot read %s file %q: %w", flag, fe.Path, fe.Err)
 	}
-	if g.cert != "" {
-		certPEM, err := os.ReadFile(g.cert)
-		if err != nil {
-			return nil, fmt.Errorf("TLS: cannot read --cert file %q: %w", g.cert, err)
-		}
-		keyPEM, err := os.ReadFile(g.key)
-		if err != nil {
-			return nil, fmt.Errorf("TLS: cannot read --key file %q: %w", g.key, err)
-		}
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("TLS: --cert %q and --key %q are not a usable key pair: %w", g.cert, g.key, err)
-		}
-		t.Certificates = []tls.Certificate{pair}
-	}
-	return t, nil
+	return nil, fmt.Errorf("TLS: %s: %w", flag, err)
 }
 
 // credentials returns the user name and password of --user, --password

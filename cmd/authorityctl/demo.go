@@ -252,6 +252,24 @@ func populateDemoRows(ctx context.Context, s *etcdstore.Store, progress func(str
 	ownerA, ownerB := leaseA.Token(), leaseB.Token()
 
 	progress("creating User Spots room-1..room-4 through the User Spot coordinators…")
+	if err := demoUserSpots(ctx, s, ownerA, ownerB); err != nil {
+		return leases, err
+	}
+	progress("activating Instance Spots inventory-1 (completed) and inventory-2 (committed, inbox not replayed)…")
+	if err := demoInstances(ctx, s, ownerB); err != nil {
+		return leases, err
+	}
+	progress("creating Actor greeter-1 (reserve → completeCreation, publishing its terminal)…")
+	if err := demoActor(ctx, s, ownerA); err != nil {
+		return leases, err
+	}
+
+	return leases, nil
+}
+
+// demoUserSpots creates User Spots room-1..room-3 on node-a and room-4 on
+// node-b through User Spot coordinators.
+func demoUserSpots(ctx context.Context, s *etcdstore.Store, ownerA, ownerB authority.OwnerToken) error {
 	spots := []struct {
 		id    string
 		node  authority.NodeDescriptor
@@ -266,27 +284,31 @@ func populateDemoRows(ctx context.Context, s *etcdstore.Store, progress func(str
 			},
 		})
 		if err != nil {
-			return leases, err
+			return err
 		}
 		res, err := c.GetOrCreate(ctx, coordinator.CreateRequest{SpotID: sp.id, StableType: demoSpotType, RequestPayload: []byte("open " + sp.id), Timeout: demoStepBudget},
 			func(context.Context, coordinator.Target, *authority.Snapshot) (coordinator.Materialized, error) {
 				return coordinator.Materialized{State: coordinator.Created, Reply: []byte("welcome to " + sp.id)}, nil
 			}, func(context.Context) error { return nil })
 		if err != nil {
-			return leases, fmt.Errorf("create %s: %w", sp.id, err)
+			return fmt.Errorf("create %s: %w", sp.id, err)
 		}
 		if res.State != coordinator.Created {
-			return leases, fmt.Errorf("create %s: %s", sp.id, res.State)
+			return fmt.Errorf("create %s: %s", sp.id, res.State)
 		}
 	}
+	return nil
+}
 
-	progress("activating Instance Spots inventory-1 (completed) and inventory-2 (committed, inbox not replayed)…")
+// demoInstances activates Instance Spots inventory-1 (completed) and
+// inventory-2 (committed, its inbox not replayed) on node-b.
+func demoInstances(ctx context.Context, s *etcdstore.Store, ownerB authority.OwnerToken) error {
 	inst, err := coordinator.NewInstanceActivationAuthority(coordinator.InstanceOptions{
 		Store: s, Relocation: s.Relocation(), MeshName: demoMesh,
 		Owner: func() (authority.OwnerToken, bool) { return ownerB, true },
 	})
 	if err != nil {
-		return leases, err
+		return err
 	}
 	for _, id := range []string{"inventory-1", "inventory-2"} {
 		target := coordinator.ActivationTarget{TargetSpotID: id, StableType: demoInstance, TargetNodeRID: demoNodeB.RID, TargetNodeGeneration: 1}
@@ -296,30 +318,24 @@ func populateDemoRows(ctx context.Context, s *etcdstore.Store, progress func(str
 		}
 		out, err := inst.Reserve(ctx, coordinator.Activation{Target: target, Deadline: deadline, Request: []byte("activate " + id)})
 		if err != nil {
-			return leases, fmt.Errorf("activate %s: %w", id, err)
+			return fmt.Errorf("activate %s: %w", id, err)
 		}
 		if out.Kind != coordinator.ReserveReserved {
-			return leases, fmt.Errorf("activate %s: %s", id, out.Kind)
+			return fmt.Errorf("activate %s: %s", id, out.Kind)
 		}
 		r := out.Reservation
 		committed, err := inst.Commit(ctx, target, r, coordinator.ActivatedSpot{StableType: demoInstance, SpotID: id,
 			Generation: r.Attempt, AuthorityOwnerGeneration: r.AuthorityOwnerGeneration})
 		if err != nil {
-			return leases, fmt.Errorf("commit %s: %w", id, err)
+			return fmt.Errorf("commit %s: %w", id, err)
 		}
 		if id == "inventory-1" {
 			if _, err := inst.Complete(ctx, target, committed.Route); err != nil {
-				return leases, fmt.Errorf("complete %s: %w", id, err)
+				return fmt.Errorf("complete %s: %w", id, err)
 			}
 		}
 	}
-
-	progress("creating Actor greeter-1 (reserve → completeCreation, publishing its terminal)…")
-	if err := demoActor(ctx, s, ownerA); err != nil {
-		return leases, err
-	}
-
-	return leases, nil
+	return nil
 }
 
 func demoActor(ctx context.Context, s *etcdstore.Store, owner authority.OwnerToken) error {

@@ -230,7 +230,7 @@ func doctorMembers(ctx context.Context, c *clientv3.Client, statuses []endpointS
 		switch {
 		case len(st.Errors) > 0:
 			status, detail = checkFail, "errors: "+strings.Join(st.Errors, "; ")
-		case !versionAtLeast(st.Version, etcdstore.MinServerVersion):
+		case !etcdstore.ServerVersionAtLeast(st.Version, etcdstore.MinServerVersion):
 			status, detail = checkFail, fmt.Sprintf("etcd %s is older than the provider's minimum %s", st.Version, etcdstore.MinServerVersion)
 		case st.Leader == 0:
 			status, detail = checkFail, "member has no leader"
@@ -459,22 +459,4 @@ func bytesText(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-// versionAtLeast compares dotted versions ("3.7.3" ≥ "3.5.0").
-func versionAtLeast(v, min string) bool {
-	parse := func(s string) [3]int {
-		var out [3]int
-		for i, part := range strings.SplitN(strings.SplitN(s, "-", 2)[0], ".", 3) {
-			out[i], _ = strconv.Atoi(part)
-		}
-		return out
-	}
-	a, b := parse(v), parse(min)
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] > b[i]
-		}
-	}
-	return true
 }

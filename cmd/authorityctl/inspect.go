@@ -36,6 +36,19 @@ func (g *globals) raw(cmd *cobra.Command, f func(ctx context.Context, c *clientv
 	return f(ctx, c)
 }
 
+// withStore runs f with a store of the flags' cluster and namespace (and its
+// client) under --command-timeout.
+func (g *globals) withStore(cmd *cobra.Command, f func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error) error {
+	ctx, cancel := g.commandContext(cmd.Context())
+	defer cancel()
+	s, c, done, err := g.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return f(ctx, s, c)
+}
+
 // ownerView is one live owner lease.
 type ownerView struct {
 	OwnerID             string `json:"ownerId"`
@@ -61,57 +74,48 @@ func newOwnersCommand(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return render(g.stdout, g.output, itemsView[ownerView]{Items: owners}, ownersTable(owners))
+				return renderItems(g, owners, ownersTable(), (*table).addOwner)
 			})
 		},
 	}
 }
 
 func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView, error) {
-	kvs, rev, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryOwnerLiveness))
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	out := []ownerView{}
-	for _, kv := range kvs {
-		l, err := etcdstore.DecodeEntry(ns, kv)
-		if err != nil {
-			return nil, err
-		}
+	return listEntries(ctx, c, ns, entryQuery{prefix: etcdstore.Prefix(ns, etcdstore.EntryOwnerLiveness)}, func(le listedEntry) (ownerView, bool, error) {
+		l, kv := le.entry, le.kv
 		v := ownerView{OwnerID: l.Owner.OwnerID, LeaseGeneration: l.Owner.LeaseGeneration, MeshName: l.Node.MeshName, NodeRID: l.Node.RID,
 			LifecycleGeneration: l.Lifecycle, LeaseID: fmt.Sprintf("%x", kv.Lease), TTLSeconds: -1}
 		if kv.Lease != 0 {
 			ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 			if err != nil {
-				return nil, err
+				return v, false, err
 			}
 			v.GrantedTTLSeconds, v.TTLSeconds = ttl.GrantedTTL, ttl.TTL
 			if ttl.TTL >= 0 {
 				v.ExpiresAt = rfc3339(now.Add(time.Duration(ttl.TTL) * time.Second))
 			}
 		}
-		cnt, err := c.Get(ctx, etcdstore.OwnerIndexPrefix(ns, l.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(rev))
+		cnt, err := c.Get(ctx, etcdstore.OwnerIndexPrefix(ns, l.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(le.rev))
 		if err != nil {
-			return nil, err
+			return v, false, err
 		}
 		v.Rows = cnt.Count
-		out = append(out, v)
-	}
-	return out, nil
+		return v, true, nil
+	})
 }
 
-func ownersTable(owners []ownerView) *table {
-	t := &table{header: []string{"OWNER", "LEASE-GEN", "NODE", "ROWS", "TTL-LEFT"}, wide: []string{"LEASE-ID", "GRANTED-TTL"}}
-	for _, o := range owners {
-		left := "expired"
-		if o.TTLSeconds >= 0 {
-			left = age(time.Duration(o.TTLSeconds) * time.Second)
-		}
-		t.add(o.OwnerID, strconv.FormatInt(o.LeaseGeneration, 10), fmt.Sprintf("%s/%s@%d", o.MeshName, o.NodeRID, o.LifecycleGeneration),
-			strconv.FormatInt(o.Rows, 10), left, o.LeaseID, age(time.Duration(o.GrantedTTLSeconds)*time.Second))
+func ownersTable() *table {
+	return &table{header: []string{"OWNER", "LEASE-GEN", "NODE", "ROWS", "TTL-LEFT"}, wide: []string{"LEASE-ID", "GRANTED-TTL"}}
+}
+
+func (t *table) addOwner(o ownerView) {
+	left := "expired"
+	if o.TTLSeconds >= 0 {
+		left = age(time.Duration(o.TTLSeconds) * time.Second)
 	}
-	return t
+	t.add(o.OwnerID, strconv.FormatInt(o.LeaseGeneration, 10), fmt.Sprintf("%s/%s@%d", o.MeshName, o.NodeRID, o.LifecycleGeneration),
+		strconv.FormatInt(o.Rows, 10), left, o.LeaseID, age(time.Duration(o.GrantedTTLSeconds)*time.Second))
 }
 
 // capacityUsageView is the usage of one counter of one node lifecycle.
@@ -153,7 +157,7 @@ node's lifecycle generation: it grows each time the node restarts).`,
 				if filter.text != "" && len(usage) == 0 {
 					return fmt.Errorf("node %q holds no capacity: %w", filter.text, errNotFound)
 				}
-				return render(g.stdout, g.output, itemsView[capacityUsageView]{Items: usage}, capacityTable(usage))
+				return renderItems(g, usage, capacityTable(), (*table).addCapacityUsage)
 			})
 		},
 	}
@@ -195,19 +199,14 @@ func (f nodeFilter) matches(node authority.NodeDescriptor, lifecycle int64) bool
 }
 
 func capacityUsage(ctx context.Context, c *clientv3.Client, ns string, filter nodeFilter) ([]capacityUsageView, error) {
-	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacity))
+	entries, err := listEntries(ctx, c, ns, entryQuery{prefix: etcdstore.Prefix(ns, etcdstore.EntryCapacity)}, func(le listedEntry) (etcdstore.Entry, bool, error) {
+		return le.entry, filter.matches(le.entry.Node, le.entry.Lifecycle), nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	sums := map[authority.CapacityCounter]*capacityUsageView{}
-	for _, kv := range kvs {
-		k, err := etcdstore.DecodeEntry(ns, kv)
-		if err != nil {
-			return nil, err
-		}
-		if !filter.matches(k.Node, k.Lifecycle) {
-			continue
-		}
+	for _, k := range entries {
 		for _, e := range authority.CapacityEntries(k.Node, k.Lifecycle, k.Capacity.Vector) {
 			u := sums[e.Counter]
 			if u == nil {
@@ -257,13 +256,13 @@ func counterRank(c string) string {
 	return "2" + c
 }
 
-func capacityTable(usage []capacityUsageView) *table {
-	t := &table{header: []string{"NODE", "COUNTER", "ACTIVE", "RESERVED"}, wide: []string{"HOLDERS"}}
-	for _, u := range usage {
-		t.add(fmt.Sprintf("%s/%s@%d", u.MeshName, u.NodeRID, u.LifecycleGeneration), u.Counter,
-			strconv.FormatInt(u.Active, 10), strconv.FormatInt(u.Reserved, 10), strconv.Itoa(u.Holders))
-	}
-	return t
+func capacityTable() *table {
+	return &table{header: []string{"NODE", "COUNTER", "ACTIVE", "RESERVED"}, wide: []string{"HOLDERS"}}
+}
+
+func (t *table) addCapacityUsage(u capacityUsageView) {
+	t.add(fmt.Sprintf("%s/%s@%d", u.MeshName, u.NodeRID, u.LifecycleGeneration), u.Counter,
+		strconv.FormatInt(u.Active, 10), strconv.FormatInt(u.Reserved, 10), strconv.Itoa(u.Holders))
 }
 
 // terminalView is a creation terminal.
@@ -278,6 +277,8 @@ type terminalView struct {
 	EnvelopeSHA256       string `json:"envelopeSha256"`
 	PublishedAt          string `json:"publishedAt"`
 	ExpiresAt            string `json:"expiresAt"`
+
+	expiresIn string
 }
 
 func newTerminalsCommand(g *globals) *cobra.Command {
@@ -287,31 +288,25 @@ func newTerminalsCommand(g *globals) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryTerminal))
+				now := time.Now()
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryTerminal)}, func(le listedEntry) (terminalView, bool, error) {
+					if le.entry.Expired(now) {
+						return terminalView{}, false, nil // awaiting its lease
+					}
+					w := le.entry.Terminal
+					return terminalView{Operation: w.Operation.Key(), SourceNodeRID: w.Operation.SourceNodeRID,
+						SourceNodeGeneration: w.Operation.SourceNodeGeneration, State: string(w.State), ObjectKind: string(w.ObjectKind),
+						ReservationID: w.ReservationID, EnvelopeSize: len(w.TerminalEnvelope), EnvelopeSHA256: hex.EncodeToString(w.TerminalEnvelopeSHA256),
+						PublishedAt: rfc3339(w.StoreNow), ExpiresAt: rfc3339(w.ExpiresAt), expiresIn: until(w.ExpiresAt, now)}, true, nil
+				})
 				if err != nil {
 					return err
 				}
-				now := time.Now()
-				out := []terminalView{}
 				t := &table{header: []string{"OPERATION", "STATE", "KIND", "RESERVATION", "EXPIRES-IN"}, wide: []string{"SOURCE", "ENVELOPE"}}
-				for _, kv := range kvs {
-					e, err := etcdstore.DecodeEntry(g.namespace, kv)
-					if err != nil {
-						return err
-					}
-					if e.Expired(now) {
-						continue // awaiting its lease
-					}
-					w := e.Terminal
-					v := terminalView{Operation: w.Operation.Key(), SourceNodeRID: w.Operation.SourceNodeRID,
-						SourceNodeGeneration: w.Operation.SourceNodeGeneration, State: string(w.State), ObjectKind: string(w.ObjectKind),
-						ReservationID: w.ReservationID, EnvelopeSize: len(w.TerminalEnvelope), EnvelopeSHA256: hex.EncodeToString(w.TerminalEnvelopeSHA256),
-						PublishedAt: rfc3339(w.StoreNow), ExpiresAt: rfc3339(w.ExpiresAt)}
-					out = append(out, v)
-					t.add(v.Operation, v.State, v.ObjectKind, v.ReservationID, until(w.ExpiresAt, now),
+				return renderItems(g, out, t, func(t *table, v terminalView) {
+					t.add(v.Operation, v.State, v.ObjectKind, v.ReservationID, v.expiresIn,
 						fmt.Sprintf("%s@%d", v.SourceNodeRID, v.SourceNodeGeneration), fmt.Sprintf("%d bytes", v.EnvelopeSize))
-				}
-				return render(g.stdout, g.output, itemsView[terminalView]{Items: out}, t)
+				})
 			})
 		},
 	}
@@ -334,31 +329,24 @@ func newReservationsCommand(g *globals) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryReservation))
+				now := time.Now()
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryReservation)}, func(le listedEntry) (reservationView, bool, error) {
+					if le.entry.Expired(now) {
+						return reservationView{}, false, nil
+					}
+					w := le.entry.Reservation
+					return reservationView{ReservationID: le.entry.ReservationID, State: w.State, ExpiresAt: rfc3339(w.ExpiresAt),
+						Revision: le.kv.ModRevision, expiresAt: w.ExpiresAt}, true, nil
+				})
 				if err != nil {
 					return err
 				}
-				now := time.Now()
-				out := []reservationView{}
-				t := &table{header: []string{"RESERVATION", "STATE", "EXPIRES-IN"}, wide: []string{"EXPIRES-AT", "REVISION"}}
-				for _, kv := range kvs {
-					e, err := etcdstore.DecodeEntry(g.namespace, kv)
-					if err != nil {
-						return err
-					}
-					if e.Expired(now) {
-						continue
-					}
-					w := e.Reservation
-					out = append(out, reservationView{ReservationID: e.ReservationID, State: w.State, ExpiresAt: rfc3339(w.ExpiresAt),
-						Revision: kv.ModRevision, expiresAt: w.ExpiresAt})
-				}
 				// in the order they finished
 				sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })
-				for _, v := range out {
+				t := &table{header: []string{"RESERVATION", "STATE", "EXPIRES-IN"}, wide: []string{"EXPIRES-AT", "REVISION"}}
+				return renderItems(g, out, t, func(t *table, v reservationView) {
 					t.add(v.ReservationID, v.State, until(v.expiresAt, now), v.ExpiresAt, strconv.FormatInt(v.Revision, 10))
-				}
-				return render(g.stdout, g.output, itemsView[reservationView]{Items: out}, t)
+				})
 			})
 		},
 	}
@@ -395,44 +383,45 @@ func newAggregatesCommand(g *globals) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryAggregate))
+				now := time.Now()
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryAggregate)}, func(le listedEntry) (aggregateView, bool, error) {
+					if le.entry.Expired(now) {
+						return aggregateView{}, false, nil // a finished record awaiting its lease
+					}
+					return viewAggregate(le.entry.Aggregate.Request, le.entry.Aggregate.State, le.kv.ModRevision), true, nil
+				})
 				if err != nil {
 					return err
 				}
-				now := time.Now()
-				out := []aggregateView{}
 				t := &table{header: []string{"AGGREGATE", "GEN", "STATE", "TARGET-OWNER", "TARGET-NODE", "PARTICIPANTS"},
 					wide: []string{"CAPACITY", "REVISION"}}
-				for _, kv := range kvs {
-					e, err := etcdstore.DecodeEntry(g.namespace, kv)
-					if err != nil {
-						return err
+				return renderItems(g, out, t, func(t *table, v aggregateView) {
+					keys := make([]string, 0, len(v.Participants))
+					for _, p := range v.Participants {
+						keys = append(keys, p.Key)
 					}
-					if e.Expired(now) {
-						continue // a finished record awaiting its lease
-					}
-					a := e.Aggregate
-					r := a.Request
-					v := aggregateView{AggregateID: r.AggregateID, Generation: r.AggregateGeneration, State: a.State,
-						TargetOwnerID: r.TargetOwner.OwnerID, TargetLeaseGeneration: r.TargetOwner.LeaseGeneration,
-						TargetMeshName: r.TargetDescriptor.MeshName, TargetNodeRID: r.TargetDescriptor.RID,
-						TargetLifecycleGeneration: r.TargetDescriptorLifecycleGeneration, Capacity: viewCapacity(r.Capacity),
-						InventoryDigest: hex.EncodeToString(r.InventoryDigest), Participants: []participantView{}, Revision: kv.ModRevision}
-					keys := make([]string, 0, len(r.Participants))
-					for _, p := range r.Participants {
-						v.Participants = append(v.Participants, participantView{Key: string(p.AuthorityKey),
-							ExpectedStoreVersion: string(p.ExpectedStoreVersion), OwnerTransition: string(p.OwnerTransition),
-							PayloadSize: len(p.AuthorityPayload)})
-						keys = append(keys, string(p.AuthorityKey))
-					}
-					out = append(out, v)
 					t.add(v.AggregateID, strconv.FormatInt(v.Generation, 10), v.State,
 						fmt.Sprintf("%s/%d", v.TargetOwnerID, v.TargetLeaseGeneration),
 						fmt.Sprintf("%s/%s@%d", v.TargetMeshName, v.TargetNodeRID, v.TargetLifecycleGeneration),
 						strings.Join(keys, ","), v.Capacity.String(), strconv.FormatInt(v.Revision, 10))
-				}
-				return render(g.stdout, g.output, itemsView[aggregateView]{Items: out}, t)
+				})
 			})
 		},
 	}
+}
+
+// viewAggregate is the view of an aggregate record in state, stored at
+// revision.
+func viewAggregate(r authority.AggregatePrepareRequest, state string, revision int64) aggregateView {
+	v := aggregateView{AggregateID: r.AggregateID, Generation: r.AggregateGeneration, State: state,
+		TargetOwnerID: r.TargetOwner.OwnerID, TargetLeaseGeneration: r.TargetOwner.LeaseGeneration,
+		TargetMeshName: r.TargetDescriptor.MeshName, TargetNodeRID: r.TargetDescriptor.RID,
+		TargetLifecycleGeneration: r.TargetDescriptorLifecycleGeneration, Capacity: viewCapacity(r.Capacity),
+		InventoryDigest: hex.EncodeToString(r.InventoryDigest), Participants: []participantView{}, Revision: revision}
+	for _, p := range r.Participants {
+		v.Participants = append(v.Participants, participantView{Key: string(p.AuthorityKey),
+			ExpectedStoreVersion: string(p.ExpectedStoreVersion), OwnerTransition: string(p.OwnerTransition),
+			PayloadSize: len(p.AuthorityPayload)})
+	}
+	return v
 }

@@ -44,44 +44,32 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 			if yes == dryRun {
 				return usageError(errors.New("prune-epochs writes: pass exactly one of --yes or --dry-run"))
 			}
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			s, c, done, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if yes {
-				return pruneEpochs(ctx, g, s, c)
-			}
-			out := pruneView{DryRun: true, Epochs: []epochView{}}
-			kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), clientv3.WithKeysOnly())
-			if err != nil {
-				return err
-			}
-			t := &table{header: []string{"MESH", "NODE", "LIFECYCLE"}}
-			for _, kv := range kvs {
-				e, err := etcdstore.DecodeEntry(g.namespace, kv)
-				if err != nil {
-					// --yes leaves it too, and reports it
-					fmt.Fprintf(g.stderr, "warning: %v\n", err)
-					continue
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+				if yes {
+					return pruneEpochs(ctx, g, s, c)
 				}
-				p := etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle)
-				held, err := c.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+				q := entryQuery{
+					prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
+					undecodable: func(err error) { fmt.Fprintf(g.stderr, "warning: %v\n", err) }, // --yes leaves it too, and reports it
+				}
+				epochs, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (epochView, bool, error) {
+					e := le.entry
+					held, err := c.Get(ctx, etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+					if err != nil {
+						return epochView{}, false, err
+					}
+					return epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle}, len(held.Kvs) == 0, nil
+				})
 				if err != nil {
 					return err
 				}
-				if len(held.Kvs) > 0 {
-					continue
+				out := pruneView{DryRun: true, Epochs: epochs}
+				t := addRows(epochsTable(), epochs, (*table).addEpoch)
+				if g.output == outputTable || g.output == outputWide {
+					fmt.Fprintf(g.stdout, "would prune %d capacity epochs:\n", len(out.Epochs))
 				}
-				out.Epochs = append(out.Epochs, epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle})
-				t.add(e.Node.MeshName, e.Node.RID, strconv.FormatInt(e.Lifecycle, 10))
-			}
-			if g.output == outputTable || g.output == outputWide {
-				fmt.Fprintf(g.stdout, "would prune %d capacity epochs:\n", len(out.Epochs))
-			}
-			return render(g.stdout, g.output, out, t)
+				return render(g.stdout, g.output, out, t)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "really delete the epochs")
@@ -105,13 +93,12 @@ func pruneEpochs(ctx context.Context, g *globals, s *etcdstore.Store, c *clientv
 		return err
 	}
 	out := pruneView{Epochs: []epochView{}, Pruned: &n}
-	t := &table{header: []string{"MESH", "NODE", "LIFECYCLE"}}
 	for _, e := range before {
 		if !slices.Contains(after, e) {
 			out.Epochs = append(out.Epochs, e)
-			t.add(e.Mesh, e.Node, strconv.FormatInt(e.Lifecycle, 10))
 		}
 	}
+	t := addRows(epochsTable(), out.Epochs, (*table).addEpoch)
 	if g.output == outputTable || g.output == outputWide {
 		fmt.Fprintf(g.stdout, "pruned %d capacity epochs:\n", n)
 	}
@@ -120,15 +107,17 @@ func pruneEpochs(ctx context.Context, g *globals, s *etcdstore.Store, c *clientv
 
 // listEpochs lists every capacity epoch key (undecodable ones are skipped).
 func listEpochs(ctx context.Context, g *globals, c *clientv3.Client) ([]epochView, error) {
-	kvs, _, err := rangeAll(ctx, c, etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, err
+	q := entryQuery{
+		prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
+		undecodable: func(error) {},
 	}
-	var out []epochView
-	for _, kv := range kvs {
-		if e, err := etcdstore.DecodeEntry(g.namespace, kv); err == nil {
-			out = append(out, epochView{Mesh: e.Node.MeshName, Node: e.Node.RID, Lifecycle: e.Lifecycle})
-		}
-	}
-	return out, nil
+	return listEntries(ctx, c, g.namespace, q, func(le listedEntry) (epochView, bool, error) {
+		return epochView{Mesh: le.entry.Node.MeshName, Node: le.entry.Node.RID, Lifecycle: le.entry.Lifecycle}, true, nil
+	})
+}
+
+func epochsTable() *table { return &table{header: []string{"MESH", "NODE", "LIFECYCLE"}} }
+
+func (t *table) addEpoch(e epochView) {
+	t.add(e.Mesh, e.Node, strconv.FormatInt(e.Lifecycle, 10))
 }

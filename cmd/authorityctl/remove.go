@@ -48,47 +48,39 @@ lease is still live is refused unless --force is given.`,
 			if err := authority.ValidateOwner(owner); err != nil {
 				return usageError(err)
 			}
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			s, c, done, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			lr, err := c.Get(ctx, etcdstore.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
-			if err != nil {
-				return err
-			}
-			if lr.Count > 0 && !force && !dryRun {
-				return fmt.Errorf("owner %s lease generation %d is still live; refusing without --force", owner.OwnerID, gen)
-			}
-			out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun}
-			if dryRun {
-				rows, err := ownerRows(ctx, g, c, s.ReadAuthority, owner)
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+				lr, err := c.Get(ctx, etcdstore.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
 				if err != nil {
 					return err
 				}
-				out.Rows = &rows
-				t := rowTable()
-				for _, r := range rows {
-					t.addRow(r)
+				if lr.Count > 0 && !force && !dryRun {
+					return fmt.Errorf("owner %s lease generation %d is still live; refusing without --force", owner.OwnerID, gen)
 				}
-				if g.output == outputTable || g.output == outputWide {
-					fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)
+				out := removalView{OwnerID: owner.OwnerID, LeaseGeneration: gen, DryRun: dryRun}
+				if dryRun {
+					rows, err := ownerRows(ctx, g, c, s.ReadAuthority, owner)
+					if err != nil {
+						return err
+					}
+					out.Rows = &rows
+					t := addRows(rowTable(), rows, (*table).addRow)
+					if g.output == outputTable || g.output == outputWide {
+						fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)
+					}
+					if lr.Count > 0 {
+						fmt.Fprintf(g.stderr, "warning: owner %s lease generation %d is live; --yes would also need --force\n", owner.OwnerID, gen)
+					}
+					return render(g.stdout, g.output, out, t)
 				}
-				if lr.Count > 0 {
-					fmt.Fprintf(g.stderr, "warning: owner %s lease generation %d is live; --yes would also need --force\n", owner.OwnerID, gen)
+				n, err := s.RemoveAllByOwner(ctx, owner)
+				out.Removed = &n
+				if err != nil {
+					return fmt.Errorf("removed %d rows, then: %w", n, err)
 				}
+				t := &table{header: []string{"OWNER", "LEASE-GEN", "REMOVED"}}
+				t.add(owner.OwnerID, strconv.FormatInt(gen, 10), strconv.FormatInt(n, 10))
 				return render(g.stdout, g.output, out, t)
-			}
-			n, err := s.RemoveAllByOwner(ctx, owner)
-			out.Removed = &n
-			if err != nil {
-				return fmt.Errorf("removed %d rows, then: %w", n, err)
-			}
-			t := &table{header: []string{"OWNER", "LEASE-GEN", "REMOVED"}}
-			t.add(owner.OwnerID, strconv.FormatInt(gen, 10), strconv.FormatInt(n, 10))
-			return render(g.stdout, g.output, out, t)
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&gen, "lease-generation", 0, "the owner's lease generation whose rows to remove")
@@ -101,24 +93,15 @@ lease is still live is refused unless --force is given.`,
 // ownerRows reads the rows of owner through the provider's owner index.
 func ownerRows(ctx context.Context, g *globals, c *clientv3.Client,
 	read func(context.Context, authority.Key) (authority.ReadResult, error), owner authority.OwnerToken) ([]rowView, error) {
-	kvs, _, err := rangeAll(ctx, c, etcdstore.OwnerIndexPrefix(g.namespace, owner), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, err
-	}
-	out := []rowView{}
-	for _, kv := range kvs {
-		e, err := etcdstore.DecodeEntry(g.namespace, kv)
+	q := entryQuery{prefix: etcdstore.OwnerIndexPrefix(g.namespace, owner), opts: []clientv3.OpOption{clientv3.WithKeysOnly()}}
+	return listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
+		r, err := read(ctx, le.entry.Key)
 		if err != nil {
-			return nil, err
+			return rowView{}, false, err
 		}
-		key := e.Key
-		r, err := read(ctx, key)
-		if err != nil {
-			return nil, err
+		if r.Kind != authority.KindSnapshot || r.Snapshot.Owner() != owner {
+			return rowView{}, false, nil
 		}
-		if r.Kind == authority.KindSnapshot && r.Snapshot.Owner() == owner {
-			out = append(out, viewRow(key, r.Snapshot))
-		}
-	}
-	return out, nil
+		return viewRow(le.entry.Key, r.Snapshot), true, nil
+	})
 }

@@ -33,24 +33,17 @@ func newGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			s, _, done, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := s.ReadAuthority(ctx, key)
-			if err != nil {
-				return err
-			}
-			if r.Kind != authority.KindSnapshot {
-				return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
-			}
-			v := viewRow(key, r.Snapshot)
-			t := rowTable()
-			t.addRow(v)
-			return render(g.stdout, g.output, v, t)
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+				r, err := s.ReadAuthority(ctx, key)
+				if err != nil {
+					return err
+				}
+				if r.Kind != authority.KindSnapshot {
+					return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
+				}
+				v := viewRow(key, r.Snapshot)
+				return render(g.stdout, g.output, v, addRows(rowTable(), []rowView{v}, (*table).addRow))
+			})
 		},
 	}
 }
@@ -79,40 +72,32 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			ctx, cancel := g.commandContext(cmd.Context())
-			defer cancel()
-			s, _, done, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			out := listView{Items: []rowView{}}
-			t := rowTable()
-			var cursor authority.ScanCursor
-			for {
-				page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
-				if err != nil {
-					return err
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+				out := listView{Items: []rowView{}}
+				var cursor authority.ScanCursor
+				for {
+					page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
+					if err != nil {
+						return err
+					}
+					if page.Kind == authority.KindScanExpired {
+						return errors.New("the listing expired (etcd compacted its revision); run list again")
+					}
+					for _, it := range page.Items {
+						out.Items = append(out.Items, viewRow(it.Key, it.Snapshot))
+					}
+					cursor = page.NextCursor
+					if cursor == "" {
+						break
+					}
+					if !all {
+						out.More = true
+						fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
+						break
+					}
 				}
-				if page.Kind == authority.KindScanExpired {
-					return errors.New("the listing expired (etcd compacted its revision); run list again")
-				}
-				for _, it := range page.Items {
-					v := viewRow(it.Key, it.Snapshot)
-					out.Items = append(out.Items, v)
-					t.addRow(v)
-				}
-				cursor = page.NextCursor
-				if cursor == "" {
-					break
-				}
-				if !all {
-					out.More = true
-					fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
-					break
-				}
-			}
-			return render(g.stdout, g.output, out, t)
+				return render(g.stdout, g.output, out, addRows(rowTable(), out.Items, (*table).addRow))
+			})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 500, fmt.Sprintf("rows per page (1..%d)", authority.MaxScanLimit))

@@ -2,6 +2,8 @@
 // (go.etcd.io/etcd/server/v3/embed) for authorityctl's demo: on loopback, in a
 // data directory of the caller's choice or a temporary one, with quiet
 // logging and the server limits the authority store's etcd provider needs.
+// Its Member is the one builder of embedded etcd configurations in this
+// module, also used by internal/etcdtest and internal/etcdcluster.
 package embedded
 
 import (
@@ -14,8 +16,6 @@ import (
 	"sync"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // Defaults of Config.
@@ -73,21 +73,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ClientAddr == "" {
 		cfg.ClientAddr = DefaultClientAddr
 	}
-	if cfg.MaxTxnOps == 0 {
-		cfg.MaxTxnOps = DefaultMaxTxnOps
-	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if cfg.AutoCompactionMode == "" {
-		cfg.AutoCompactionMode = DefaultAutoCompactionMode
-	}
-	if cfg.AutoCompactionRetention == "" {
-		cfg.AutoCompactionRetention = DefaultAutoCompactionRetention
-	}
-	if cfg.LogOutput == nil {
-		cfg.LogOutput = os.Stderr
-	}
 	clientURL, err := url.Parse("http://" + cfg.ClientAddr)
 	if err != nil || clientURL.Host != cfg.ClientAddr {
 		return nil, fmt.Errorf("embedded etcd: client address %q is not host:port", cfg.ClientAddr)
@@ -100,24 +85,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.tempDir = dir
 	}
-	peerURL, _ := url.Parse("http://127.0.0.1:0")
-	ec := embed.NewConfig()
-	ec.Name = "authorityctl"
-	ec.Dir = dir
-	ec.ListenPeerUrls = []url.URL{*peerURL}
-	ec.AdvertisePeerUrls = []url.URL{*peerURL}
-	ec.ListenClientUrls = []url.URL{*clientURL}
-	ec.AdvertiseClientUrls = []url.URL{*clientURL}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	ec.Logger = "zap"
-	ec.LogLevel = "error"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger(cfg.LogOutput))
-	ec.UnsafeNoFsync = !cfg.Fsync
-	ec.MaxTxnOps = cfg.MaxTxnOps
-	ec.MaxRequestBytes = cfg.MaxRequestBytes
-	ec.AutoCompactionMode = cfg.AutoCompactionMode
-	ec.AutoCompactionRetention = cfg.AutoCompactionRetention
-	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	ec := Member{
+		Name: "authorityctl", Dir: dir, PeerURL: url.URL{Scheme: "http", Host: "127.0.0.1:0"}, ClientURL: *clientURL,
+		Fsync: cfg.Fsync, MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes,
+		AutoCompactionMode: cfg.AutoCompactionMode, AutoCompactionRetention: cfg.AutoCompactionRetention,
+		QuotaBackendBytes: cfg.QuotaBackendBytes, LogOutput: cfg.LogOutput,
+	}.Config()
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		s.removeTemp()
@@ -160,25 +133,4 @@ func (s *Server) removeTemp() {
 	if s.tempDir != "" {
 		_ = os.RemoveAll(s.tempDir)
 	}
-}
-
-// quietLogger logs errors to w, except the listener errors every shutdown
-// produces.
-func quietLogger(w io.Writer) *zap.Logger {
-	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-	return zap.New(quietCore{zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), zapcore.ErrorLevel)})
-}
-
-type quietCore struct{ zapcore.Core }
-
-func (c quietCore) With(fields []zapcore.Field) zapcore.Core { return quietCore{c.Core.With(fields)} }
-
-func (c quietCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == "setting up serving from embedded etcd failed." {
-		return ce
-	}
-	if c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
 }

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/zlink-systems/authority/internal/embedded"
 )
 
 // envMember names the environment variable that carries a member's
@@ -113,31 +115,10 @@ func (mc memberConfig) embedConfig() (*embed.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client URL: %w", err)
 	}
-	cfg := embed.NewConfig()
-	cfg.Name = mc.Name
-	cfg.Dir = mc.Dir
-	cfg.ListenPeerUrls = []url.URL{*peer}
-	cfg.AdvertisePeerUrls = []url.URL{*peer}
-	cfg.ListenClientUrls = []url.URL{*client}
-	cfg.AdvertiseClientUrls = []url.URL{*client}
-	cfg.InitialCluster = mc.InitialCluster
-	cfg.ClusterState = mc.InitialClusterState
-	cfg.InitialClusterToken = mc.InitialClusterToken
-	cfg.TickMs = mc.TickMs
-	cfg.ElectionMs = mc.ElectionMs
-	cfg.UnsafeNoFsync = !mc.Fsync
-	if mc.SnapshotCount > 0 {
-		cfg.SnapshotCount = mc.SnapshotCount
-	}
-	if mc.MaxTxnOps > 0 {
-		cfg.MaxTxnOps = mc.MaxTxnOps
-	}
-	if mc.MaxRequestBytes > 0 {
-		cfg.MaxRequestBytes = mc.MaxRequestBytes
-	}
-	cfg.EnableGRPCGateway = false
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	return cfg, nil
+	return embedded.Member{
+		Name: mc.Name, Dir: mc.Dir, PeerURL: *peer, ClientURL: *client,
+		InitialCluster: mc.InitialCluster, ClusterState: mc.InitialClusterState, ClusterToken: mc.InitialClusterToken,
+		TickMs: mc.TickMs, ElectionMs: mc.ElectionMs, SnapshotCount: mc.SnapshotCount,
+		Fsync: mc.Fsync, MaxTxnOps: mc.MaxTxnOps, MaxRequestBytes: mc.MaxRequestBytes,
+	}.Config(), nil
 }

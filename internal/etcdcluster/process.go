@@ -120,6 +120,7 @@ func (p *process) kill() {
 // It returns the process's exit error (nil for a clean stop).
 func (p *process) terminate(grace time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused member acts on it
 	select {
 	case <-p.exited:
 		return p.err

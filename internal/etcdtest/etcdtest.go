@@ -36,7 +36,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+
+	"github.com/zlink-systems/authority/internal/embedded"
 )
 
 // readyTimeout bounds how long Start waits for the server to be ready.
@@ -49,6 +50,7 @@ type options struct {
 	autoCompactionMode     string
 	autoCompactionRetained string
 	dir                    string
+	quotaBackendBytes      int64
 	// serverSettings names the options an external cluster cannot honour.
 	serverSettings []string
 }
@@ -79,6 +81,15 @@ func WithAutoCompaction(mode, retention string) Option {
 	return func(o *options) {
 		o.autoCompactionMode, o.autoCompactionRetained = mode, retention
 		o.serverSettings = append(o.serverSettings, "--auto-compaction-*")
+	}
+}
+
+// WithQuotaBackendBytes sets the server's --quota-backend-bytes (default
+// etcd's 2 GiB).
+func WithQuotaBackendBytes(n int64) Option {
+	return func(o *options) {
+		o.quotaBackendBytes = n
+		o.serverSettings = append(o.serverSettings, "--quota-backend-bytes")
 	}
 }
 
@@ -159,7 +170,10 @@ func StartMain(opts ...Option) (*Server, error) {
 }
 
 func applyOptions(opts []Option) options {
-	o := options{maxTxnOps: 128, maxRequestBytes: 1536 * 1024, autoCompactionMode: "periodic", autoCompactionRetained: "1h"}
+	o := options{
+		maxTxnOps: embedded.DefaultMaxTxnOps, maxRequestBytes: embedded.DefaultMaxRequestBytes,
+		autoCompactionMode: embedded.DefaultAutoCompactionMode, autoCompactionRetained: embedded.DefaultAutoCompactionRetention,
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -287,49 +301,16 @@ func Namespace() string {
 	return Root() + hex.EncodeToString(b[:]) + "/"
 }
 
-// quietLogger logs errors to stderr, except the listener errors every
-// shutdown produces.
-func quietLogger() *zap.Logger {
-	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-	return zap.New(quietCore{zapcore.NewCore(enc, zapcore.Lock(os.Stderr), zapcore.ErrorLevel)})
-}
-
-type quietCore struct{ zapcore.Core }
-
-func (c quietCore) With(fields []zapcore.Field) zapcore.Core { return quietCore{c.Core.With(fields)} }
-
-func (c quietCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == "setting up serving from embedded etcd failed." {
-		return ce
-	}
-	if c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
 // embedConfig is the embedded member's configuration: loopback port 0 for
 // peers and clients (clientScheme "http" or "https"), quiet logging, and the
 // options' fsync, limits and auto-compaction.
 func embedConfig(o options, clientScheme string) *embed.Config {
-	peer, _ := url.Parse("http://127.0.0.1:0")
-	client, _ := url.Parse(clientScheme + "://127.0.0.1:0")
-	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
-	cfg.Dir = o.dir
-	cfg.ListenPeerUrls = []url.URL{*peer}
-	cfg.AdvertisePeerUrls = []url.URL{*peer}
-	cfg.ListenClientUrls = []url.URL{*client}
-	cfg.AdvertiseClientUrls = []url.URL{*client}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(quietLogger())
-	cfg.UnsafeNoFsync = !o.fsync
-	cfg.MaxTxnOps = o.maxTxnOps
-	cfg.MaxRequestBytes = o.maxRequestBytes
-	cfg.AutoCompactionMode = o.autoCompactionMode
-	cfg.AutoCompactionRetention = o.autoCompactionRetained
-	return cfg
+	return embedded.Member{
+		Name: "etcdtest", Dir: o.dir,
+		PeerURL:   url.URL{Scheme: "http", Host: "127.0.0.1:0"},
+		ClientURL: url.URL{Scheme: clientScheme, Host: "127.0.0.1:0"},
+		Fsync:     o.fsync, MaxTxnOps: o.maxTxnOps, MaxRequestBytes: o.maxRequestBytes,
+		AutoCompactionMode: o.autoCompactionMode, AutoCompactionRetention: o.autoCompactionRetained,
+		QuotaBackendBytes: o.quotaBackendBytes,
+	}.Config()
 }

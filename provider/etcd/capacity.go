@@ -100,8 +100,7 @@ func (s *Store) touchCapacity(t *txn, alloc authority.PlacementAllocation) {
 	t.touch(s.keys.capacityEpoch(alloc.Descriptor, alloc.DescriptorLifecycleGeneration))
 }
 
-// fits asks the policy whether alloc fits next to usage (the seed's
-// hasPendingCapacity).
+// fits asks the policy whether alloc fits next to usage.
 func fits(policy authority.CapacityPolicy, alloc authority.PlacementAllocation, u nodeUsage) bool {
 	if policy == nil {
 		return true

@@ -55,4 +55,4 @@ func harnessFor(s *etcdstore.Store, clock *authority.ManualClock) *conformance.H
 	return h
 }
 
-func TestConformance(t *testing.T) { conformance.RunAll(t, etcdFactory) }
+func TestConformance(t *testing.T) { conformance.RunAll(t.Context(), t, etcdFactory) }

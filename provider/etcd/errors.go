@@ -48,7 +48,12 @@ func mapError(err error, write bool) error {
 		}
 		return authority.Wrap(authority.ErrUnavailable, "etcd read "+msg, err)
 	}
+	var ge guardError
 	switch {
+	case errors.As(err, &ge):
+		return ge.error // typed by the regression guard
+	case errors.Is(err, ErrClusterRegressed):
+		return err // typed by the regression guard
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		return limitError(flagMaxTxnOps, "the transaction", err)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge):

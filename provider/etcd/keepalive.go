@@ -31,6 +31,9 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 		case <-ctx.Done():
 			timer.Stop()
 			return
+		case <-l.r.s.guard.regressed():
+			timer.Stop()
+			return // the cluster went back in time: the lease may name another state
 		case <-timer.C:
 		}
 		if !time.Now().Before(deadline) {
@@ -40,6 +43,9 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		resp, err := c.KeepAliveOnce(rctx, l.lease)
 		cancel()
+		if err == nil && l.r.s.guard.observeCluster(resp.ResponseHeader) != nil {
+			return // another cluster answered (restored with a new token)
+		}
 		switch {
 		case err == nil && resp.TTL > 0:
 			next := sent.Add(time.Duration(resp.TTL) * time.Second)

@@ -35,7 +35,7 @@ func TestForeignKeysUntouched(t *testing.T) {
 		require.Len(t, resp.Kvs, 1)
 		before[k] = resp.Kvs[0].ModRevision
 	}
-	t.Run("Conformance", func(t *testing.T) { conformance.RunAll(t, etcdFactory) })
+	t.Run("Conformance", func(t *testing.T) { conformance.RunAll(t.Context(), t, etcdFactory) })
 	for i, k := range foreignKeys {
 		resp, err := shared.Get(ctx, k)
 		require.NoError(t, err)

@@ -4,153 +4,357 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	authority "github.com/zlink-systems/authority"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
-// ErrClusterRegressed reports that the store saw the cluster's revision go
-// back, or its cluster ID change: the cluster was restored from a backup
-// without `etcdutl snapshot restore --bump-revision … --mark-compacted`, or
-// the endpoints now reach another cluster. A StoreVersion seen before could
-// then name another row state, so the store refuses every request from then
-// on (errors wrap it and authority.ErrUnavailable); open a new store.
-var ErrClusterRegressed = errors.New("etcd: the cluster's revision went back or its cluster ID changed (restored from a backup without --bump-revision?); the store refuses every request until it is reopened")
+// ErrClusterRegressed reports that the etcd cluster behind the store went
+// back in time or is another cluster: a response carried a revision lower
+// than one the store had already seen before sending the request, or a
+// cluster ID other than the one of its first response. Both happen when the
+// cluster is restored from a snapshot without `etcdutl snapshot restore
+// --bump-revision … --mark-compacted` (revisions go back, so a StoreVersion
+// read before the restore can name another row state afterwards), or with a
+// new --initial-cluster-token (a new cluster ID; see the README's "Backup and
+// restore"), or when the endpoints now reach a different cluster.
+//
+// From then on the store refuses every request (errors wrapping both
+// ErrClusterRegressed and authority.ErrUnavailable, nothing sent) and ends
+// the keep-alive of every owner lease it granted (Done closes), until the
+// caller closes it and opens a new store. The request whose response showed
+// the regression is answered with ErrClusterRegressed too: wrapping
+// authority.ErrOutcomeUnknown when it was a write (it may have been applied
+// in the restored cluster), authority.ErrUnavailable when it was a read.
+var ErrClusterRegressed = errors.New("etcd: the cluster's revision went back or its cluster ID changed (restored from a snapshot?)")
 
-// revisionGuard watches the headers of the store's KV responses. Every
-// request the store sends is linearizable, so a response to a request sent
-// after the store saw revision r carries a revision ≥ r; a lower one means
-// the cluster went back in time.
-type revisionGuard struct {
-	highest atomic.Int64
-	cluster atomic.Uint64
-	tripped atomic.Pointer[string] // what was seen; nil while healthy
+// regressionGuard watches the header of every KV response for a revision
+// going back or a cluster ID changing. Its cost is two atomic loads before
+// and a compare (and rarely a compare-and-swap) after each request.
+//
+// Every KV request of the store is linearizable (no serializable reads), so
+// its response's revision is at least that of every response received before
+// it was sent: the check compares with the highest revision seen when the
+// request was sent (its floor), not when its response arrives, since a read
+// answered just before a concurrent write may arrive after it.
+type regressionGuard struct {
+	maxRev  atomic.Int64
+	cluster atomic.Uint64 // 0: none seen yet
+	once    sync.Once
+	err     atomic.Pointer[error] // the first regression seen
+	done    chan struct{}         // closed at the first regression
+
+	// A write is the first request that can do harm in a restored cluster,
+	// and its own response shows the regression only after it was applied.
+	// So after the client's connection changed state (a restore stops every
+	// member, which breaks it), the next write first sends a probe read
+	// (probeKey, count only) and is sent only if the probe's header passes.
+	// changes counts the state changes seen, verified the count a probe
+	// passed at.
+	changes  atomic.Int64
+	verified atomic.Int64
+	probeKey string
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
 }
 
-// refuse returns the error for a request the guard refuses before sending.
-func (g *revisionGuard) refuse() error {
-	if why := g.tripped.Load(); why != nil {
-		return authority.Wrap(authority.ErrUnavailable, *why, ErrClusterRegressed)
-	}
-	return nil
+func newRegressionGuard(probeKey string) *regressionGuard {
+	return &regressionGuard{done: make(chan struct{}), probeKey: probeKey, stop: func() {}}
 }
 
-// observe checks the header of a response to a request sent when the
-// highest revision seen was floor; write says whether the request wrote.
-func (g *revisionGuard) observe(floor int64, h *pb.ResponseHeader, write bool) error {
-	if h == nil {
-		return g.refuse()
+// watch counts the state changes of conn until close.
+func (g *regressionGuard) watch(conn *grpc.ClientConn) {
+	if conn == nil {
+		return
 	}
-	if !g.cluster.CompareAndSwap(0, h.ClusterId) && g.cluster.Load() != h.ClusterId {
-		g.trip(fmt.Sprintf("etcd answered from cluster %x, the store opened on cluster %x", h.ClusterId, g.cluster.Load()))
-	} else if h.Revision < floor {
-		g.trip(fmt.Sprintf("etcd answered at revision %d after the store had seen revision %d", h.Revision, floor))
-	}
-	for {
-		cur := g.highest.Load()
-		if h.Revision <= cur || g.highest.CompareAndSwap(cur, h.Revision) {
-			break
+	ctx, stop := context.WithCancel(context.Background())
+	g.stop = stop
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		st := conn.GetState()
+		if st != connectivity.Ready {
+			g.changes.Add(1)
 		}
-	}
-	if why := g.tripped.Load(); why != nil {
-		if write { // it reached the server: it may have been applied there
-			return authority.Wrap(authority.ErrOutcomeUnknown, *why, ErrClusterRegressed)
+		for conn.WaitForStateChange(ctx, st) {
+			g.changes.Add(1) // even when it is Ready again by now
+			st = conn.GetState()
 		}
-		return authority.Wrap(authority.ErrUnavailable, *why, ErrClusterRegressed)
-	}
-	return nil
+	}()
 }
 
-func (g *revisionGuard) trip(why string) { g.tripped.CompareAndSwap(nil, &why) }
-
-// guardedKV is the store's KV: each call is refused once the guard tripped,
-// and each response's header is checked by it.
-type guardedKV struct {
-	clientv3.KV
-	g *revisionGuard
+// close stops watch.
+func (g *regressionGuard) close() {
+	g.stop()
+	g.wg.Wait()
 }
 
-func (k guardedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if err := k.g.refuse(); err != nil {
-		return nil, err
+// verify sends the probe read before a write when the connection changed
+// state since the last probe passed. An error means the write must not be
+// sent.
+func (g *regressionGuard) verify(ctx context.Context, kv clientv3.KV) error {
+	if err := g.refused(); err != nil {
+		return err
 	}
-	floor := k.g.highest.Load()
-	resp, err := k.KV.Get(ctx, key, opts...)
+	seen := g.changes.Load()
+	if g.verified.Load() >= seen {
+		return nil
+	}
+	floor := g.floor()
+	r, err := kv.Get(ctx, g.probeKey, clientv3.WithCountOnly())
 	if err != nil {
-		return nil, err
+		// typed here: mapError would report it as a write's unknown outcome
+		return guardError{authority.Wrap(authority.ErrUnavailable, "etcd probe read before a write failed; the write was not sent", mapError(err, false))}
 	}
-	return resp, k.g.observe(floor, resp.Header, false)
+	if err := g.observe(floor, r.Header, false); err != nil {
+		return err
+	}
+	for cur := g.verified.Load(); cur < seen && !g.verified.CompareAndSwap(cur, seen); cur = g.verified.Load() {
+	}
+	return nil
+}
+
+// refused returns the error every request gets after a regression (nil
+// before one).
+func (g *regressionGuard) refused() error {
+	if p := g.err.Load(); p != nil {
+		return authority.Wrap(authority.ErrUnavailable, "etcd store refuses every request since "+(*p).Error()+"; close it and open a new store", ErrClusterRegressed)
+	}
+	return nil
+}
+
+// regressed is closed at the first regression.
+func (g *regressionGuard) regressed() <-chan struct{} { return g.done }
+
+// floor is the highest revision seen so far: the least revision a
+// linearizable response to a request sent now may carry.
+func (g *regressionGuard) floor() int64 { return g.maxRev.Load() }
+
+// observe checks the header of a response to a request sent at floor. It
+// returns nil, or the error for that request when the header shows a
+// regression (write: the request could have changed something).
+func (g *regressionGuard) observe(floor int64, h *pb.ResponseHeader, write bool) error {
+	if h == nil {
+		return nil
+	}
+	if err := g.observeCluster(h); err != nil {
+		return g.answer(err, write)
+	}
+	if h.Revision < floor {
+		return g.answer(g.trip(fmt.Sprintf("a response carried revision %d after revision %d had been seen", h.Revision, floor)), write)
+	}
+	for cur := g.maxRev.Load(); h.Revision > cur && !g.maxRev.CompareAndSwap(cur, h.Revision); cur = g.maxRev.Load() {
+	}
+	return nil
+}
+
+// observeCluster checks only the cluster ID of h (for responses whose
+// revision is not linearizable, such as lease renewals). It returns the
+// regression it finds, nil otherwise.
+func (g *regressionGuard) observeCluster(h *pb.ResponseHeader) error {
+	if h == nil || h.ClusterId == 0 {
+		return nil
+	}
+	if g.cluster.CompareAndSwap(0, h.ClusterId) {
+		return nil
+	}
+	if seen := g.cluster.Load(); seen != h.ClusterId {
+		return g.trip(fmt.Sprintf("a response came from cluster %x, not from cluster %x", h.ClusterId, seen))
+	}
+	return nil
+}
+
+// trip records the first regression and returns its description.
+func (g *regressionGuard) trip(what string) error {
+	err := errors.New(what)
+	g.once.Do(func() {
+		g.err.Store(&err)
+		close(g.done)
+	})
+	return err
+}
+
+func (g *regressionGuard) answer(cause error, write bool) error {
+	if write {
+		return authority.Wrap(authority.ErrOutcomeUnknown,
+			"etcd write was answered by a cluster that went back in time or changed ("+cause.Error()+"): it may have been applied there; close the store and open a new one", ErrClusterRegressed)
+	}
+	return authority.Wrap(authority.ErrUnavailable,
+		"etcd read was answered by a cluster that went back in time or changed ("+cause.Error()+"); close the store and open a new one", ErrClusterRegressed)
+}
+
+// guardError is an error of the guard that mapError passes on as it is.
+type guardError struct{ error }
+
+func (e guardError) Unwrap() error { return e.error }
+
+// guardedKV is the store's KV: every request passes its guard.
+type guardedKV struct {
+	kv clientv3.KV
+	g  *regressionGuard
 }
 
 func (k guardedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
-	if err := k.g.refuse(); err != nil {
-		return nil, err
-	}
-	floor := k.g.highest.Load()
-	resp, err := k.KV.Put(ctx, key, val, opts...)
+	floor, err := k.before(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	return resp, k.g.observe(floor, resp.Header, true)
+	r, err := k.kv.Put(ctx, key, val, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, k.g.observe(floor, r.Header, true)
+}
+
+func (k guardedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	floor, err := k.before(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	r, err := k.kv.Get(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, k.g.observe(floor, r.Header, false)
+}
+
+// before refuses a request after a regression (and a write until the probe
+// passed) and returns the floor its response is checked against.
+func (k guardedKV) before(ctx context.Context, write bool) (int64, error) {
+	if err := k.g.refused(); err != nil {
+		return 0, err
+	}
+	if write {
+		if err := k.g.verify(ctx, k.kv); err != nil {
+			return 0, err
+		}
+	}
+	return k.g.floor(), nil
+}
+
+// GetStream is refused after a regression; its responses are not checked
+// (the store does not stream ranges).
+func (k guardedKV) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
+	if err := k.g.refused(); err != nil {
+		return nil, err
+	}
+	return k.kv.GetStream(ctx, key, opts...)
 }
 
 func (k guardedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	if err := k.g.refuse(); err != nil {
-		return nil, err
-	}
-	floor := k.g.highest.Load()
-	resp, err := k.KV.Delete(ctx, key, opts...)
+	floor, err := k.before(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	return resp, k.g.observe(floor, resp.Header, true)
+	r, err := k.kv.Delete(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, k.g.observe(floor, r.Header, true)
+}
+
+func (k guardedKV) Compact(ctx context.Context, rev int64, opts ...clientv3.CompactOption) (*clientv3.CompactResponse, error) {
+	if err := k.g.verify(ctx, k.kv); err != nil {
+		return nil, err
+	}
+	floor := k.g.floor()
+	r, err := k.kv.Compact(ctx, rev, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.g.observe(floor, r.Header, true); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (k guardedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if err := k.g.refused(); err != nil {
+		return clientv3.OpResponse{}, err
+	}
+	if !op.IsGet() {
+		if err := k.g.verify(ctx, k.kv); err != nil {
+			return clientv3.OpResponse{}, err
+		}
+	}
+	floor := k.g.floor()
+	r, err := k.kv.Do(ctx, op)
+	if err != nil {
+		return r, err
+	}
+	var h *pb.ResponseHeader
+	switch {
+	case r.Get() != nil:
+		h = r.Get().Header
+	case r.Put() != nil:
+		h = r.Put().Header
+	case r.Del() != nil:
+		h = r.Del().Header
+	case r.Txn() != nil:
+		h = r.Txn().Header
+	}
+	if err := k.g.observe(floor, h, !op.IsGet()); err != nil {
+		return clientv3.OpResponse{}, err
+	}
+	return r, nil
 }
 
 func (k guardedKV) Txn(ctx context.Context) clientv3.Txn {
-	return &guardedTxn{Txn: k.KV.Txn(ctx), g: k.g}
+	return &guardedTxn{txn: k.kv.Txn(ctx), g: k.g, ctx: ctx, kv: k.kv}
 }
 
-// guardedTxn checks a Txn's response; a Txn with Then or Else ops counts as
-// a write (the store's read-only Txns have no compares and only ranges, but
-// telling them apart costs more than the difference is worth).
+// guardedTxn is a Txn whose Commit passes the guard.
 type guardedTxn struct {
-	clientv3.Txn
-	g      *revisionGuard
-	writes bool
+	txn   clientv3.Txn
+	g     *regressionGuard
+	ctx   context.Context //nolint:containedctx // the Txn's own, for the probe
+	kv    clientv3.KV
+	write bool
 }
 
-func (t *guardedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.Txn = t.Txn.If(cs...)
-	return t
-}
+func (t *guardedTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.txn = t.txn.If(cs...); return t }
 
 func (t *guardedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn, t.writes = t.Txn.Then(ops...), t.writes || anyWrite(ops)
+	t.write = t.write || writes(ops)
+	t.txn = t.txn.Then(ops...)
 	return t
 }
 
 func (t *guardedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn, t.writes = t.Txn.Else(ops...), t.writes || anyWrite(ops)
+	t.write = t.write || writes(ops)
+	t.txn = t.txn.Else(ops...)
 	return t
 }
 
 func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
-	if err := t.g.refuse(); err != nil {
+	if err := t.g.refused(); err != nil {
 		return nil, err
 	}
-	floor := t.g.highest.Load()
-	resp, err := t.Txn.Commit()
+	if t.write {
+		if err := t.g.verify(t.ctx, t.kv); err != nil {
+			return nil, err
+		}
+	}
+	floor := t.g.floor()
+	r, err := t.txn.Commit()
 	if err != nil {
 		return nil, err
 	}
-	return resp, t.g.observe(floor, resp.Header, t.writes)
+	if err := t.g.observe(floor, r.Header, t.write); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
-func anyWrite(ops []clientv3.Op) bool {
+// writes reports whether any of ops can change a key.
+func writes(ops []clientv3.Op) bool {
 	for _, op := range ops {
-		if op.IsPut() || op.IsDelete() || op.IsTxn() {
+		if !op.IsGet() {
 			return true
 		}
 	}

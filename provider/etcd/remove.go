@@ -7,6 +7,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -84,6 +85,9 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 			n++
 		}
 		resp, err := s.commit(ctx, t, "removing an owner's rows")
+		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
+			resp, err = s.commit(ctx, deletesOnly(t), "removing an owner's rows")
+		}
 		if err != nil {
 			return removed, err
 		}
@@ -131,4 +135,20 @@ func kvsAt(resp *clientv3.TxnResponse, from, n int) []*mvccpbKV {
 		kvs[i] = firstKv(resp, from+i)
 	}
 	return kvs
+}
+
+// deletesOnly returns t without its capacity epoch touches, the only puts
+// of a removal: over its space quota (NOSPACE alarm) etcd refuses every Txn
+// that puts a key, and takes those that only delete, which is how space is
+// freed. Removing capacity entries without moving the node's epoch is safe:
+// a decision fenced on the unmoved epoch counted the removed entries as
+// used, so it admitted no more than with them gone (it may admit less until
+// the next capacity change moves the epoch, or the usage watch applies the
+// deletes). The first attempt may itself have been applied (etcd answers
+// NOSPACE to the write that crossed the quota after applying it): the rows'
+// compares then fail and the caller reads them again.
+func deletesOnly(t *txn) *txn {
+	c := t.clone()
+	c.touches = nil
+	return c
 }

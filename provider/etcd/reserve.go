@@ -98,7 +98,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 }
 
 // reserveRefused is the outcome when the row exists (cur) or the target is
-// not live (cur nil), in the seed's order.
+// not live (cur nil), in the contract's order of checks.
 func (s *Store) reserveRefused(req authority.ReserveRequest, cur *row) authority.ReserveResult {
 	if cur == nil {
 		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(s.clock.Now())}

@@ -36,9 +36,38 @@ func ServerVersionWarning(version string) string {
 	default:
 		return ""
 	}
-	if !versionAtLeast(v, MinServerVersion) || versionAtLeast(v, fixed) {
+	if !ServerVersionAtLeast(v, MinServerVersion) || ServerVersionAtLeast(v, fixed) {
 		return ""
 	}
 	return fmt.Sprintf("etcd %s has known watch and lease bugs fixed in %s (etcd-io/etcd#15271, #17529, #18089, #15247); upgrade to the latest %s release",
 		v, fixed, v[:3])
+}
+
+// ServerVersionAtLeast reports whether the dotted version v ("3.4.23",
+// "v3.5.0-rc.1"; missing parts count as 0) is at least min. A pre-release
+// counts as its release. New refuses a server below MinServerVersion with
+// it, and authorityctl doctor reports one.
+func ServerVersionAtLeast(v, min string) bool {
+	parse := func(s string) [3]int {
+		var out [3]int
+		s = strings.TrimPrefix(strings.TrimSpace(s), "v")
+		for i, part := range strings.SplitN(strings.SplitN(s, "-", 2)[0], ".", 3) {
+			n := 0
+			for _, c := range part {
+				if c < '0' || c > '9' {
+					break
+				}
+				n = n*10 + int(c-'0')
+			}
+			out[i] = n
+		}
+		return out
+	}
+	a, b := parse(v), parse(min)
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] > b[i]
+		}
+	}
+	return true
 }

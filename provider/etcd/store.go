@@ -3,11 +3,8 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +110,9 @@ type Store struct {
 	leases    *leaseBuckets
 	batch     *writeBatcher
 	usage     *usageWatches
+	// guard refuses every request once the cluster went back in time
+	// (regression.go).
+	guard *regressionGuard
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -121,8 +121,6 @@ type Store struct {
 	// (WaitForChange, owner lease keep-alives) end with it.
 	life    context.Context
 	endLife context.CancelFunc
-	// revisions trips when the cluster goes back in time (regression.go).
-	revisions revisionGuard
 	// serverWarning is ServerVersionWarning of the server New checked.
 	serverWarning string
 }
@@ -179,7 +177,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.kv = guardedKV{KV: s.client.KV, g: &s.revisions}
+	s.guard = newRegressionGuard(s.keys.ns)
+	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
+	s.guard.watch(s.client.ActiveConnection())
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
@@ -215,30 +215,11 @@ func dial(cfg Config) (*clientv3.Client, *tls.Config, error) {
 	if cc.DialTimeout == 0 {
 		cc.DialTimeout = 5 * time.Second
 	}
-	if cfg.CAFile != "" || cfg.CertFile != "" {
-		t := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.CAFile != "" {
-			pem, err := os.ReadFile(cfg.CAFile)
-			if err != nil {
-				return nil, nil, authority.Wrap(authority.ErrInvalidArgument, "read etcd CA file", err)
-			}
-			t.RootCAs = x509.NewCertPool()
-			if !t.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, nil, authority.Invalid("etcd CA file holds no certificate.")
-			}
-		}
-		if cfg.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
-			if err != nil {
-				return nil, nil, authority.Wrap(authority.ErrInvalidArgument, "load etcd client certificate", err)
-			}
-			t.Certificates = []tls.Certificate{cert}
-		}
-		cc.TLS = t
+	t, err := ClientTLS(cfg.CAFile, cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, nil, authority.Wrap(authority.ErrInvalidArgument, "etcd client TLS", err)
 	}
-	if cfg.KeyFile != "" && cfg.CertFile == "" {
-		return nil, nil, authority.Invalid("etcd client key file given without a certificate file.")
-	}
+	cc.TLS = t
 	c, err := clientv3.New(cc)
 	if err != nil {
 		return nil, nil, mapError(err, false)
@@ -281,7 +262,7 @@ func (s *Store) ServerWarning() string { return s.serverWarning }
 // checkServerVersion refuses the version reported by the server at endpoint
 // if it is older than MinServerVersion (or missing).
 func checkServerVersion(endpoint, version string) error {
-	if version == "" || !versionAtLeast(version, MinServerVersion) {
+	if version == "" || !ServerVersionAtLeast(version, MinServerVersion) {
 		if version == "" {
 			version = "of unknown version"
 		}
@@ -290,34 +271,6 @@ func checkServerVersion(endpoint, version string) error {
 			version, endpoint, MinServerVersion), nil)
 	}
 	return nil
-}
-
-// versionAtLeast reports whether the dotted version v ("3.4.23",
-// "v3.5.0-rc.1"; missing parts count as 0) is at least min. A pre-release
-// counts as its release.
-func versionAtLeast(v, min string) bool {
-	parse := func(s string) [3]int {
-		var out [3]int
-		s = strings.TrimPrefix(strings.TrimSpace(s), "v")
-		for i, part := range strings.SplitN(strings.SplitN(s, "-", 2)[0], ".", 3) {
-			n := 0
-			for _, c := range part {
-				if c < '0' || c > '9' {
-					break
-				}
-				n = n*10 + int(c-'0')
-			}
-			out[i] = n
-		}
-		return out
-	}
-	a, b := parse(v), parse(min)
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] > b[i]
-		}
-	}
-	return true
 }
 
 // Close releases the store's leases for MarkLive and closes the client when
@@ -331,6 +284,7 @@ func (s *Store) Close() error {
 	}
 	s.batch.close()
 	s.usage.close()
+	s.guard.close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}

@@ -30,8 +30,8 @@ func TestVersionAtLeast(t *testing.T) {
 		{"", "3.4.0", false},
 		{"garbage", "3.4.0", false},
 	} {
-		if got := versionAtLeast(c.v, c.min); got != c.want {
-			t.Errorf("versionAtLeast(%q, %q) = %v, want %v", c.v, c.min, got, c.want)
+		if got := ServerVersionAtLeast(c.v, c.min); got != c.want {
+			t.Errorf("ServerVersionAtLeast(%q, %q) = %v, want %v", c.v, c.min, got, c.want)
 		}
 	}
 }

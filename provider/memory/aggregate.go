@@ -8,7 +8,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// aggregateState is the seed's AggregateRecord.state.
+// aggregateState is the state of an aggregate record.
 type aggregateState uint8
 
 const (
@@ -26,7 +26,7 @@ type aggregateRecord struct {
 }
 
 // PrepareAggregate checks the participants and reserves the target's
-// capacity (the seed's prepareAggregate).
+// capacity.
 func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
 		return authority.PrepareAggregateResult{}, err
@@ -79,8 +79,8 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
 }
 
-// CommitAggregate applies every participant of a prepared aggregate or none
-// (the seed's commitAggregate).
+// CommitAggregate applies every participant of a prepared aggregate or
+// none.
 func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -148,8 +148,7 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
 }
 
-// AbortAggregate releases a prepared aggregate's capacity (the seed's
-// abortAggregate).
+// AbortAggregate releases a prepared aggregate's capacity.
 func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err

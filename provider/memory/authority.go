@@ -6,7 +6,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// ReadAuthority returns the row at key (the seed's readAuthority).
+// ReadAuthority returns the row at key.
 func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, err
@@ -22,7 +22,7 @@ func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority
 }
 
 // CompareExchangeAuthority applies m to the active row at key when its
-// version is expected (the seed's compareExchangeAuthority).
+// version is expected.
 func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
 	if err := authority.ValidateCompareExchange(key, m); err != nil {
 		return authority.CompareExchangeResult{}, err
@@ -84,7 +84,7 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 }
 
 // RemoveAllByOwner deletes every row held by owner, active or reserved, and
-// releases its capacity (the seed's removeAllByOwner). It visits every row.
+// releases its capacity. It visits every row.
 func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err

@@ -6,8 +6,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// CapacityUsage returns the active and reserved counts of one counter (the
-// seed's capacityUsage).
+// CapacityUsage returns the active and reserved counts of one counter.
 func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
 	counter := authority.UsageCounter(node, lifecycleGeneration, objectKind, stableType)
 	if _, err := s.begin(ctx); err != nil {
@@ -84,8 +83,8 @@ type cellCache struct {
 	valid bool
 }
 
-// resolveCells stores the capacity entries of a (the seed's
-// capacityEntries, in its order) with their cells into cells and returns how
+// resolveCells stores the capacity entries of a (in
+// authority.CapacityEntries order) with their cells into cells and returns how
 // many there are.
 func (s *Store) resolveCells(cells *[3]cellEntry, a *authority.PlacementAllocation) int {
 	c := &a.Capacity
@@ -125,8 +124,8 @@ func cellsLive(cells []*counterCell) bool {
 	return true
 }
 
-// cellEntries returns the capacity entries of an allocation (the seed's
-// capacityEntries) with their cells.
+// cellEntries returns the capacity entries of an allocation with their
+// cells.
 func (s *Store) cellEntries(a authority.PlacementAllocation) []cellEntry {
 	entries := authority.CapacityEntries(a.Descriptor, a.DescriptorLifecycleGeneration, a.Capacity)
 	cells := make([]cellEntry, len(entries))
@@ -137,7 +136,7 @@ func (s *Store) cellEntries(a authority.PlacementAllocation) []cellEntry {
 }
 
 // adjust adds sign times the entries' counts to their active or pending
-// counts (the seed's adjustCapacity); a cell whose counts are both zero is
+// counts; a cell whose counts are both zero is
 // removed.
 func (s *Store) adjust(state counterState, entries []cellEntry, sign int64) {
 	for i := range entries {
@@ -153,7 +152,7 @@ func (s *Store) adjust(state counterState, entries []cellEntry, sign int64) {
 		*n += sign * e.count
 		switch {
 		case *n < 0:
-			// The seed throws here too: the books no longer balance.
+			// The books no longer balance: a bug, not an input.
 			panic("memory: placement capacity counter underflow")
 		case c.active == 0 && c.pending == 0:
 			c.dead = true
@@ -171,8 +170,7 @@ func (s *Store) usage(counter authority.CapacityCounter) (active, reserved int64
 }
 
 // hasPendingCapacity asks the capacity policy whether the allocation fits
-// next to what its node has reserved and active (the seed's
-// hasPendingCapacity). Without a policy everything fits.
+// next to what its node has reserved and active. Without a policy everything fits.
 func (s *Store) hasPendingCapacity(a *authority.PlacementAllocation) bool {
 	if s.policy == nil {
 		return true

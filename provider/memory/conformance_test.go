@@ -67,5 +67,5 @@ func leaveGenerations(s *Store, c conformance.GenerationCounter, left int64) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.RunAll(t, newHarness)
+	conformance.RunAll(t.Context(), t, newHarness)
 }

@@ -9,8 +9,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// reservationState is the seed's creationTerminals value: how a reservation
-// ended.
+// reservationState is a reservation terminal: how a reservation ended.
 type reservationState uint8
 
 const (
@@ -42,7 +41,7 @@ func (s *Store) endReservation(r *row, state reservationState, now time.Time) {
 	s.setReservationTerminal(r.meta.reservation.creation.seq, state, now)
 }
 
-// Reserve creates a reserved row for a new object (the seed's reserve).
+// Reserve creates a reserved row for a new object.
 func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
 	key, err := authority.ValidateReserve(req)
 	if err != nil {
@@ -180,7 +179,7 @@ func (s *Store) activate(r *row, v int64, payload []byte) *row {
 	return next
 }
 
-// Commit turns a reserved Spot into an active one (the seed's commit).
+// Commit turns a reserved Spot into an active one.
 func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
 	key, err := authority.ValidateCommit(req)
 	if err != nil {
@@ -215,7 +214,7 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	return authority.CommitResult{Kind: authority.KindCommitted, Ready: ready.snapshotIn(room, now)}, nil
 }
 
-// CompleteCreation finishes a reserved Actor (the seed's completeCreation).
+// CompleteCreation finishes a reserved Actor.
 func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
 	if err := ctx.Err(); err != nil {
 		return authority.CompleteCreationResult{}, err
@@ -240,8 +239,8 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: existing.Clone()}, nil
 	}
 	if t, ok := s.reservationTerminal(req.ReservationID); ok && t.state != reservationAborted {
-		// The seed returns the retained terminal even once expired; this
-		// store treats an expired terminal as gone (it may be swept).
+		// An expired terminal is gone (it may be swept; docs/deviations.md
+		// M8).
 		retained := s.operationTerminals[opKey]
 		if retained == nil || !retained.ExpiresAt.After(now) {
 			return authority.CompleteCreationResult{Kind: authority.KindStale}, nil
@@ -279,7 +278,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 	return result, nil
 }
 
-// creationTerminalAvailable is the seed's: no unexpired terminal of the
+// creationTerminalAvailable reports that no unexpired terminal of the
 // operation exists (an expired one is dropped).
 func (s *Store) creationTerminalAvailable(opKey string, now time.Time) bool {
 	existing := s.operationTerminals[opKey]
@@ -293,8 +292,7 @@ func (s *Store) creationTerminalAvailable(opKey string, now time.Time) bool {
 	return false
 }
 
-// ReadCreationTerminal returns the unexpired terminal of an operation (the
-// seed's readCreationTerminal).
+// ReadCreationTerminal returns the unexpired terminal of an operation.
 func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
 	if err := authority.ValidateCreationOperation(op); err != nil {
 		return authority.TerminalReadResult{}, err
@@ -316,7 +314,7 @@ func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationO
 	return authority.TerminalReadResult{Kind: authority.KindFound, Record: rec.Clone(), StoreNow: now}, nil
 }
 
-// Abort deletes a reserved row and releases its capacity (the seed's abort).
+// Abort deletes a reserved row and releases its capacity.
 func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
 	key, err := authority.ValidateAbort(req)
 	if err != nil {

@@ -2,13 +2,14 @@
 // TypeScript ZLinkInMemoryAuthorityStore implementing authority.Store, with
 // the same checks in the same order and the same outcomes.
 //
-// Differences from the seed, each deliberate (docs/deviations-memory.md):
+// Differences from the TypeScript reference store, each deliberate
+// (docs/deviations.md, M1–M11):
 //
 //   - It is safe for concurrent use. One mutex guards the whole state; every
 //     operation is atomic with respect to every other. The hooks (the
 //     liveness oracle, the capacity policy, the identity claims) are called
-//     with that mutex held, as the seed called them inside its single JS
-//     turn: they must be quick and must not call back into the Store.
+//     with that mutex held, as a single-threaded store calls them inside
+//     one turn: they must be quick and must not call back into the Store.
 //   - Rows are kept in an ordered index (a copy-on-write B-tree), so a
 //     listing page costs O(log n + limit). A listing reads a
 //     pinned copy of the index taken when it started, so later writes never

@@ -28,7 +28,7 @@ type pin struct {
 }
 
 // ListAuthorities lists the rows whose key starts with prefix, in byte order
-// of their keys, limit at a time (the seed's listAuthorities).
+// of their keys, limit at a time.
 func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
 	if err := authority.ValidateScanLimit(limit); err != nil {
 		return authority.ScanResult{}, err

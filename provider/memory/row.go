@@ -44,8 +44,8 @@ type rowMeta struct {
 }
 
 // reservationPart is what a reserved row holds beyond an active one, in one
-// allocation that is garbage once the row is committed: the reservation (the
-// seed's row.creation), the pending creation and, when the request digest
+// allocation that is garbage once the row is committed: the reservation, the
+// pending creation and, when the request digest
 // fits, its bytes.
 type reservationPart struct {
 	creation creation

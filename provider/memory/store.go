@@ -30,12 +30,12 @@ const (
 
 // Options configures a Store.
 type Options struct {
-	// Liveness is the seed's isTargetLive hook. Required.
+	// Liveness says whether an owner lease is live on a node. Required.
 	Liveness authority.LivenessOracle
-	// Capacity is the seed's placementCapacityAvailable hook; nil means
+	// Capacity decides whether a placement fits its node; nil means
 	// every placement fits. SetCapacityPolicy replaces it later.
 	Capacity authority.CapacityPolicy
-	// Identity is the seed's identityClaimed hook; nil means no key is
+	// Identity says which keys are claimed elsewhere; nil means no key is
 	// claimed. SetIdentityClaims replaces it later.
 	Identity authority.IdentityClaims
 	// Clock is the store's clock; nil means authority.SystemClock.
@@ -188,7 +188,8 @@ func version(n int64) authority.StoreVersion {
 	return authority.StoreVersion(strconv.FormatInt(n, 10))
 }
 
-// nextStoreVersion is the seed's tryNextStoreVersion.
+// nextStoreVersion hands out the next store version; ok is false once the
+// counter is exhausted.
 func (s *Store) nextStoreVersion() (int64, bool) {
 	if s.storeVersion >= authority.MaxGeneration {
 		return 0, false
@@ -252,7 +253,7 @@ func (s *Store) changed(key authority.Key) {
 	}
 }
 
-// read is the seed's private read: the row at key, or missing.
+// read returns the row at key, or missing.
 func (s *Store) read(key authority.Key, now time.Time) authority.ReadResult {
 	r := s.row(key)
 	if r == nil {
@@ -261,8 +262,8 @@ func (s *Store) read(key authority.Key, now time.Time) authority.ReadResult {
 	return authority.Found(r.snapshot(now))
 }
 
-// isOwnerLive is the seed's isOwnerLive: is the row's owner live where the
-// row is placed?
+// isOwnerLive reports whether the row's owner is live where the row is
+// placed.
 func (s *Store) isOwnerLive(snap *authority.Snapshot) bool {
 	return s.liveness.IsTargetLive(snap.Allocation.Descriptor, snap.Allocation.DescriptorLifecycleGeneration, snap.Owner())
 }
@@ -273,7 +274,7 @@ func (s *Store) isCreationTargetLive(t authority.CreationTarget) bool {
 }
 
 // newReservation opens a reservation and returns its number and its ID, a
-// version 4 UUID like the seed's randomUUID (reservations.go).
+// version 4 UUID (reservations.go).
 func (s *Store) newReservation() (seq uint64, id uuid.UUID) {
 	hi := reservationRandom()
 	seq, lo := s.reservations.open(hi)

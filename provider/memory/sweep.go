@@ -7,8 +7,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// The seed keeps every reservation terminal, creation terminal and aggregate
-// record forever. This store sweeps them: reservation terminals and
+// This store sweeps reservation terminals, creation terminals and aggregate
+// records (docs/deviations.md M7): reservation terminals and
 // committed or aborted aggregates Retention after they were written (in write
 // order, so a FIFO queue holds them in deadline order), creation terminals at
 // their ExpiresAt (a min-heap, since deadlines are the callers'). Prepared
@@ -101,14 +101,14 @@ type reservationSweepEntry struct {
 	deadline time.Duration
 }
 
-// setReservationTerminal is the seed's creationTerminals.set.
+// setReservationTerminal records how reservation seq ended.
 func (s *Store) setReservationTerminal(seq uint64, state reservationState, now time.Time) {
 	deadline := now.Add(s.retention).Sub(s.epoch)
 	s.reservations.end(seq, state, deadline)
 	s.reservationSweep.push(reservationSweepEntry{seq: seq, deadline: deadline})
 }
 
-// setOperationTerminal is the seed's operationTerminals.set.
+// setOperationTerminal records the creation terminal of an operation.
 func (s *Store) setOperationTerminal(key string, rec *authority.TerminalRecord) {
 	s.operationTerminals[key] = rec
 	heap.Push(&s.terminalSweep, rec)
