@@ -32,7 +32,7 @@ func memoryFactory(t *testing.T) *conformance.Harness {
 	live := memory.NewLiveSet()
 	clock := authority.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	c := &claims{keys: map[authority.Key]bool{}}
-	s := memory.New(memory.Options{Liveness: live, Clock: clock, Identity: c})
+	s := memory.New(memory.Config{Liveness: live, Clock: clock, IdentityClaims: c})
 	return &conformance.Harness{
 		Store: s,
 		SetLive: func(_ testing.TB, node authority.NodeDescriptor, gen int64, owner authority.OwnerToken, on bool) {
@@ -48,8 +48,8 @@ func memoryFactory(t *testing.T) *conformance.Harness {
 		Now:          clock.Now,
 		ExpireScans:  func(testing.TB) { s.ExpireScans() },
 		Relocation:   memory.NewRelocationStore(clock),
-		// the default: Options.Retention is not set
-		RecordRetention: memory.DefaultRetention,
+		// the default: Config.ReservationRetention is not set
+		RecordRetention: memory.DefaultReservationRetention,
 	}
 }
 

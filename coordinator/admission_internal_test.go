@@ -28,7 +28,7 @@ func TestGateForgetsSettledAdmissionsUnderContention(t *testing.T) {
 	live := memory.NewLiveSet()
 	owner := authority.OwnerToken{OwnerID: "owner-a", LeaseGeneration: 1}
 	live.Set(authority.NodeDescriptor{MeshName: "mesh", RID: "node-a"}, 1, owner, true)
-	st := memory.New(memory.Options{Liveness: live})
+	st := memory.New(memory.Config{Liveness: live})
 	target := Target{MeshName: "mesh", NodeRID: "node-a", NodeGeneration: 1, Owner: owner, IsLocal: true}
 	c, err := NewUserSpotCoordinator(UserSpotOptions{Store: slowReserve{st}, Placement: func(context.Context, CreateRequest, map[string]bool) (Target, bool, error) {
 		return target, true, nil

@@ -41,7 +41,7 @@ type Factory func(t *testing.T) *Harness
 // memoryFactory is the memory provider's factory, with a relocation store.
 func memoryFactory(t *testing.T) *Harness {
 	live := memory.NewLiveSet()
-	s := memory.New(memory.Options{Liveness: live})
+	s := memory.New(memory.Config{Liveness: live})
 	return &Harness{
 		Store: s,
 		SetLive: func(_ testing.TB, node authority.NodeDescriptor, gen int64, owner authority.OwnerToken, on bool) {

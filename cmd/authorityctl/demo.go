@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/coordinator"
@@ -38,6 +42,7 @@ var (
 func newDemoCommand(g *globals) *cobra.Command {
 	var dataDir, clientAddr string
 	var serve, fsync bool
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the store on an embedded etcd, populate it, and show it",
@@ -55,19 +60,20 @@ endpoint is printed, so that another shell can run
 until Ctrl-C. The connection flags other than --namespace are ignored.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), g, demoOptions{dataDir: dataDir, clientAddr: clientAddr, serve: serve, fsync: fsync})
+			return runDemo(cmd.Context(), g, demoOptions{dataDir: dataDir, clientAddr: clientAddr, serve: serve, fsync: fsync, metricsAddr: metricsAddr})
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "etcd data directory (default: a temporary one, removed at exit)")
 	cmd.Flags().StringVar(&clientAddr, "listen", embedded.DefaultClientAddr, "client address of the embedded etcd")
 	cmd.Flags().BoolVar(&serve, "serve", false, "keep running and print the endpoint")
 	cmd.Flags().BoolVar(&fsync, "fsync", false, "fsync etcd writes (slower, durable)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve the demo store's Prometheus metrics on http://ADDR/metrics (for authorityctl top)")
 	return cmd
 }
 
 type demoOptions struct {
-	dataDir, clientAddr string
-	serve, fsync        bool
+	dataDir, clientAddr, metricsAddr string
+	serve, fsync                     bool
 }
 
 func runDemo(ctx context.Context, g *globals, o demoOptions) error {
@@ -87,7 +93,12 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		return err
 	}
 	defer client.Close()
-	store, err := etcdstore.New(ctx, etcdstore.Config{Client: client, Namespace: g.namespace})
+	reg, stopMetrics, err := serveDemoMetrics(o.metricsAddr, progress)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	store, err := etcdstore.New(ctx, etcdstore.Config{Client: client, Namespace: g.namespace, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -443,4 +454,23 @@ func demoRelocate(ctx context.Context, s *etcdstore.Store, target authority.Owne
 		moves[i].After = placementOf(r.Snapshot)
 	}
 	return moves, nil
+}
+
+// serveDemoMetrics serves a new registry's metrics on http://addr/metrics
+// ("": none; the registry is then nil) until stop.
+func serveDemoMetrics(addr string, progress func(string, ...any)) (reg prometheus.Registerer, stop func(), err error) {
+	if addr == "" {
+		return nil, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, usageError(fmt.Errorf("--metrics-addr %s: %w", addr, err))
+	}
+	r := prometheus.NewRegistry()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{Registry: r}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	progress("metrics on http://%s/metrics", ln.Addr())
+	return r, func() { _ = srv.Close() }, nil
 }

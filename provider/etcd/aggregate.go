@@ -2,11 +2,13 @@ package etcd
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/internal/observe"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,12 +18,12 @@ import (
 // target's capacity epoch and the epoch of each node a participant leaves.
 const aggregateOpsPerParticipant = 5
 
-// PrepareAggregate checks the participants and reserves the target's
+// prepareAggregate checks the participants and reserves the target's
 // capacity: a read of the record, the rows, the target's liveness (and the
 // target's capacity under a policy), then one Txn fenced on all of them.
 // An aggregate whose commit could not fit the Txn limits is refused with
 // ErrLimitExceeded before anything is written.
-func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
+func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
@@ -38,6 +40,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	conflict := authority.PrepareAggregateResult{Kind: authority.KindConflict}
 	fullRange := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		s.retrying(observe.OpPrepareAggregate, attempt)
 		policy := s.capacityPolicy()
 		gets := make([]clientv3.Op, len(req.Participants))
 		for i, p := range req.Participants {
@@ -48,12 +51,12 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		if policy != nil {
 			reads, ur = s.addUsageReads(reads, target.Descriptor, target.DescriptorLifecycleGeneration, fullRange)
 		}
-		resp, rowKvs, err := s.readWithRows(ctx, reads, gets)
+		resp, got, err := s.readWithRows(ctx, reads, gets)
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
 		}
 		var expiredRev int64 // an expired record is as good as none
-		if kv := firstKv(resp, 0); kv != nil {
+		if kv := got[aggKey]; kv != nil {
 			rec, err := decodeAggregate(kv)
 			if err != nil {
 				return authority.PrepareAggregateResult{}, err
@@ -69,7 +72,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			}
 			expiredRev = kv.ModRevision
 		}
-		if firstKv(resp, 1) == nil {
+		if got[liveKey] == nil {
 			return conflict, nil
 		}
 		t := &txn{}
@@ -93,8 +96,8 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		source := authority.CapacityVector{}
 		liveSeen := map[string]bool{}
 		left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
-		for i, p := range req.Participants {
-			r, err := s.decodeRow(p.AuthorityKey, rowKvs[i])
+		for _, p := range req.Participants {
+			r, err := s.rowIn(got, p.AuthorityKey)
 			if err != nil {
 				return authority.PrepareAggregateResult{}, err
 			}
@@ -108,13 +111,13 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 				if !liveSeen[lk] {
 					liveSeen[lk] = true
 					t.cmp(s.rowOwnerLive(r))
-					t.orGet(lk, clientv3.WithCountOnly())
+					t.orGet(lk, clientv3.WithKeysOnly())
 				}
 				continue
 			}
 			if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
-				// two Spot types among the newOwner rows: the seed's
-				// addCapacity throws; nothing is written
+				// two Spot types among the newOwner rows: AddCapacity
+				// refuses them; nothing is written
 				return authority.PrepareAggregateResult{}, err
 			}
 			if r.alloc.Descriptor != target.Descriptor || r.alloc.DescriptorLifecycleGeneration != target.DescriptorLifecycleGeneration {
@@ -134,7 +137,7 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		reserved.State = authority.AllocationReserved
 		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(reserved.State, req.Capacity))
 		s.touchCapacity(t, reserved)
-		tresp, err := s.commit(ctx, t, "the aggregate prepare")
+		tresp, err := s.sendWrite(ctx, t, "the aggregate prepare")
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
 		}
@@ -142,14 +145,15 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			s.aggs.put(aggKey, knownAggregate{&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}, tresp.Header.Revision}, true)
 			return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
 		}
-		if recordRev(firstKv(tresp, 0)) != expiredRev {
+		failed := readsOf(tresp)
+		if recordRev(failed[aggKey]) != expiredRev {
 			// the record was written (or its expired one removed) since
-			// the read: it decides before any liveness, as the seed reads
+			// the read: it decides before any liveness, as the contract reads
 			// it first
 			continue
 		}
-		for i := 1; i < len(tresp.Responses); i++ {
-			if tresp.Responses[i].GetResponseRange().Count == 0 {
+		for lk := range liveSeen {
+			if failed[lk] == nil {
 				return conflict, nil // a preserve participant's owner is not live
 			}
 		}
@@ -167,24 +171,29 @@ func recordRev(kv *mvccpbKV) int64 {
 	return kv.ModRevision
 }
 
-// readWithRows reads reads and the single-row gets in one Txn, the rows'
-// key-values returned apart (nil: absent); when the rows together pass the
+// readWithRows reads first and the single-row gets in one Txn and returns
+// the response and everything read, by key; when the rows together pass the
 // client's receive limit it reads them apart, in parts (readInParts: each
 // row is then fenced on its own ModRevision, so they need not share the
-// revision of reads).
-func (s *Store) readWithRows(ctx context.Context, reads, gets []clientv3.Op) (*clientv3.TxnResponse, []*mvccpbKV, error) {
-	resp, err := s.read(ctx, append(slices.Clip(reads), gets...)...)
+// revision of first).
+func (s *Store) readWithRows(ctx context.Context, first, gets []clientv3.Op) (*clientv3.TxnResponse, keyedReads, error) {
+	resp, err := s.read(ctx, append(slices.Clip(first), gets...)...)
 	if err == nil {
-		return resp, kvsAt(resp, len(reads), len(gets)), nil
+		return resp, readsOf(resp), nil
 	}
 	if !etcdpage.TooLarge(err) {
 		return nil, nil, err
 	}
-	if resp, err = s.read(ctx, reads...); err != nil {
+	if resp, err = s.read(ctx, first...); err != nil {
 		return nil, nil, err
 	}
-	kvs, err := s.readInParts(ctx, gets)
-	return resp, kvs, err
+	rows, err := s.readInParts(ctx, gets)
+	if err != nil {
+		return nil, nil, err
+	}
+	got := readsOf(resp)
+	maps.Copy(got, rows)
+	return resp, got, nil
 }
 
 // checkAggregateFits refuses an aggregate whose prepare or commit Txn
@@ -247,7 +256,7 @@ func (s *Store) readAggregate(ctx context.Context, aggKey string) (*aggregateRec
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.seenAggregate(aggKey, firstKv(resp, 0))
+	return s.seenAggregate(aggKey, readsOf(resp)[aggKey])
 }
 
 // seenAggregate decodes a read record kv (nil: none) and remembers it.
@@ -288,15 +297,15 @@ func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *a
 		tt.put(aggKey, done.encode(), clientv3.WithLease(ids[0]))
 		tt.orGet(aggKey)
 		var err error
-		resp, err = s.commit(ctx, tt, what)
+		resp, err = s.sendWrite(ctx, tt, what)
 		return err
 	})
 	return resp, err
 }
 
-// CommitAggregate applies every participant or none, in one Txn fenced on
+// commitPrepared applies every participant or none, in one Txn fenced on
 // the record, every row's version and the owners' liveness.
-func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
+func (s *Store) commitPrepared(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
@@ -350,8 +359,9 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 		if err != nil {
 			return authority.CommitAggregateResult{}, err
 		}
+		got := readsOf(rresp)
 		if known {
-			fresh, freshRev, err := s.seenAggregate(aggKey, firstKv(rresp, len(missing)))
+			fresh, freshRev, err := s.seenAggregate(aggKey, got[aggKey])
 			if err != nil {
 				return authority.CommitAggregateResult{}, err
 			}
@@ -359,8 +369,8 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 				return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
 			}
 		}
-		for j, i := range missing {
-			if rows[i], err = s.rowFrom(rresp, j, req.Participants[i].AuthorityKey); err != nil {
+		for _, i := range missing {
+			if rows[i], err = s.rowIn(got, req.Participants[i].AuthorityKey); err != nil {
 				return authority.CommitAggregateResult{}, err
 			}
 		}
@@ -420,7 +430,7 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	if !tresp.Succeeded {
 		// the record now in etcd decides, not the one this store remembered
 		// (another store may have aborted it and prepared the fence anew)
-		fresh, freshRev, err := s.seenAggregate(aggKey, firstKv(tresp, 0))
+		fresh, freshRev, err := s.seenAggregate(aggKey, readsOf(tresp)[aggKey])
 		switch {
 		case err != nil:
 			return authority.CommitAggregateResult{}, err
@@ -442,8 +452,8 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
 }
 
-// AbortAggregate releases a prepared aggregate's capacity.
-func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
+// abortPrepared releases a prepared aggregate's capacity.
+func (s *Store) abortPrepared(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
 	}
@@ -487,7 +497,7 @@ func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *
 		s.aggs.put(aggKey, knownAggregate{aborted, resp.Header.Revision}, true)
 		return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
 	}
-	cur, curRev, err := s.seenAggregate(aggKey, firstKv(resp, 0))
+	cur, curRev, err := s.seenAggregate(aggKey, readsOf(resp)[aggKey])
 	switch {
 	case err != nil:
 		return authority.AbortAggregateResult{}, err

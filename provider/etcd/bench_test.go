@@ -189,7 +189,9 @@ func percentile(sorted []time.Duration, q float64) float64 {
 func benchStore(b *testing.B, c *clientv3.Client, nodes int) *etcdstore.Store {
 	b.Helper()
 	ctx := context.Background()
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: etcdtest.Namespace()})
+	cfg := etcdstore.Config{Client: c, Namespace: etcdtest.Namespace()}
+	benchObservability(&cfg)
+	s, err := etcdstore.New(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -317,7 +319,7 @@ func benchReserveCommit(b *testing.B, c *clientv3.Client, clients int) {
 }
 
 // reportBatching reports the writes per write Txn of s since since
-// (batch.go): 1 when nothing was merged.
+// (writebatch.go): 1 when nothing was merged.
 func reportBatching(b *testing.B, s *etcdstore.Store, since etcdstore.WriteStats) {
 	st := s.WriteStats()
 	txns := st.Txns - since.Txns

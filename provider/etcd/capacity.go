@@ -55,10 +55,10 @@ func (s *Store) capacityRangeOp(node authority.NodeDescriptor, lifecycle int64) 
 }
 
 // capacityKvs returns every capacity entry of a node lifecycle at resp's
-// revision: the i-th response of resp (a capacityRangeOp) and, when it was
-// cut at capacityPage, the following pages read at the same revision.
-func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, i int, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
-	r := resp.Responses[i].GetResponseRange()
+// revision: the response of the capacityRangeOp read h and, when it was cut
+// at capacityPage, the following pages read at the same revision.
+func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h rangeRead, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
+	r := h.in(resp)
 	if !r.More || len(r.Kvs) == 0 {
 		return r.Kvs, nil
 	}
@@ -115,19 +115,20 @@ func fits(policy authority.CapacityPolicy, alloc authority.PlacementAllocation, 
 		authority.UsageVector(alloc.Capacity, reserved), authority.UsageVector(alloc.Capacity, active))
 }
 
-// CapacityUsage returns the active and reserved counts of one counter of a
+// capacityUsage returns the active and reserved counts of one counter of a
 // node lifecycle.
-func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
+func (s *Store) capacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
 	if err := s.begin(ctx); err != nil {
 		return authority.CapacityUsage{}, err
 	}
 	var kvs []*mvccpb.KeyValue
 	for attempt := 0; ; attempt++ {
-		resp, err := s.read(ctx, s.capacityRangeOp(node, lifecycleGeneration))
+		ops, entries := addRead(nil, s.capacityRangeOp(node, lifecycleGeneration))
+		resp, err := s.read(ctx, ops...)
 		if err != nil {
 			return authority.CapacityUsage{}, err
 		}
-		if kvs, err = s.capacityKvs(ctx, resp, 0, node, lifecycleGeneration); err == nil {
+		if kvs, err = s.capacityKvs(ctx, resp, entries, node, lifecycleGeneration); err == nil {
 			break
 		} else if !errors.Is(err, rpctypes.ErrCompacted) || attempt == 2 {
 			return authority.CapacityUsage{}, err

@@ -6,10 +6,10 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// CompareExchangeAuthority applies m to the active row at key when its
+// compareExchangeAuthority applies m to the active row at key when its
 // version is expected. With the row's state in the cache (it is after any
 // read or write of it through this store) it costs one Txn.
-func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
+func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
 	if err := authority.ValidateCompareExchange(key, m); err != nil {
 		return authority.CompareExchangeResult{}, err
 	}
@@ -63,12 +63,12 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		next.payload = m.Payload
 		t.put(rowKey, next.encode(false))
 	}
-	resp, err := s.commit(ctx, t, "the compare-exchange")
+	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {
 		return authority.CompareExchangeResult{}, err
 	}
 	if !resp.Succeeded {
-		r, err := s.rowFrom(resp, 0, key)
+		r, err := s.rowIn(readsOf(resp), key)
 		if err != nil {
 			return authority.CompareExchangeResult{}, err
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -14,7 +15,8 @@ const (
 	reservationAborted   = "aborted"
 )
 
-// sameTarget is the seed's sameCreationTarget for a reserved row.
+// sameTarget reports whether a reserved row was reserved for target (the
+// contract's same-creation-target check; docs/glossary.md).
 func sameTarget(r *row, t authority.CreationTarget) bool {
 	return r.alloc.Descriptor == t.Descriptor() && r.alloc.DescriptorLifecycleGeneration == t.NodeLifecycleGeneration && r.owner == t.Owner
 }
@@ -70,9 +72,9 @@ func (s *Store) dropReserved(t *txn, cur *row) {
 	t.del(s.keys.ownerRow(cur.owner, cur.key))
 }
 
-// Commit turns a reserved Spot into an active one: one Txn when the
+// commitReservation turns a reserved Spot into an active one: one Txn when the
 // reserved row is in the cache, else a read and a Txn.
-func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
+func (s *Store) commitReservation(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
 	key, err := authority.ValidateCommit(req)
 	if err != nil {
 		return authority.CommitResult{}, err
@@ -82,11 +84,12 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	}
 	rowKey, resKey := s.keys.row(key), s.keys.reservation(req.ReservationID)
 	decide := func(resp *clientv3.TxnResponse) (*row, *authority.CommitResult, error) {
-		cur, err := s.rowFrom(resp, 0, key)
+		got := readsOf(resp)
+		cur, err := s.rowIn(got, key)
 		if err != nil {
 			return nil, nil, err
 		}
-		state, err := s.reservationState(firstKv(resp, 1))
+		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -122,7 +125,7 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 		t.orGet(rowKey)
 		t.orGet(resKey)
 		var err error
-		resp, err = s.commit(ctx, t, "the commit")
+		resp, err = s.sendWrite(ctx, t, "the commit")
 		return err
 	})
 	if err != nil {
@@ -150,9 +153,9 @@ func derefCommit(r *authority.CommitResult) authority.CommitResult {
 	return *r
 }
 
-// Abort deletes a reserved row and releases its capacity: one Txn when the
+// abort deletes a reserved row and releases its capacity: one Txn when the
 // reserved row is in the cache, else a read and a Txn.
-func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
+func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
 	key, err := authority.ValidateAbort(req)
 	if err != nil {
 		return authority.AbortResult{}, err
@@ -167,14 +170,15 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 		if err != nil {
 			return authority.AbortResult{}, err
 		}
-		state, err := s.reservationState(firstKv(resp, 1))
+		got := readsOf(resp)
+		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return authority.AbortResult{}, err
 		}
 		if state == reservationAborted {
 			return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
 		}
-		if cur, err = s.rowFrom(resp, 0, key); err != nil {
+		if cur, err = s.rowIn(got, key); err != nil {
 			return authority.AbortResult{}, err
 		}
 		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
@@ -190,7 +194,7 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 		t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
 		t.orGet(resKey)
 		var err error
-		resp, err = s.commit(ctx, t, "the abort")
+		resp, err = s.sendWrite(ctx, t, "the abort")
 		return err
 	})
 	if err != nil {
@@ -199,7 +203,7 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if resp.Succeeded {
 		return authority.AbortResult{Kind: authority.KindAborted}, nil
 	}
-	state, err := s.reservationState(firstKv(resp, 0))
+	state, err := s.reservationState(readsOf(resp)[resKey])
 	if err != nil {
 		return authority.AbortResult{}, err
 	}
@@ -209,9 +213,9 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 	return authority.AbortResult{Kind: authority.KindStale}, nil
 }
 
-// CompleteCreation finishes a reserved Actor and publishes its creation
+// completeCreation finishes a reserved Actor and publishes its creation
 // terminal in the same Txn.
-func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
+func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
 	key, record, err := authority.ValidateCompleteCreation(req, s.clock.Now())
 	if err != nil {
 		return authority.CompleteCreationResult{}, err
@@ -220,14 +224,14 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{}, err
 	}
 	rowKey, resKey, termKey := s.keys.row(key), s.keys.reservation(req.ReservationID), s.keys.terminal(record.Operation)
-	// decide evaluates the seed's checks on (row, reservation terminal,
+	// decide evaluates the contract's checks, in the contract's order, on (row, reservation terminal,
 	// creation terminal, target liveness) read together; it returns the
 	// outcome, or the row and the ModRevision of an expired creation terminal
 	// to overwrite when the completion can apply.
-	decide := func(resp *clientv3.TxnResponse) (*row, int64, *authority.CompleteCreationResult, error) {
-		now := s.clock.Now()
+	decide := func(resp *clientv3.TxnResponse, liveKey string) (*row, int64, *authority.CompleteCreationResult, error) {
+		got, now := readsOf(resp), s.clock.Now()
 		var termRev int64
-		if kv := firstKv(resp, 2); kv != nil {
+		if kv := got[termKey]; kv != nil {
 			existing, err := decodeTerminal(kv)
 			if err != nil {
 				return nil, 0, nil, err
@@ -237,19 +241,20 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 			}
 			termRev = kv.ModRevision
 		}
-		state, err := s.reservationState(firstKv(resp, 1))
+		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return nil, 0, nil, err
 		}
 		if state != "" && state != reservationAborted {
 			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 		}
-		cur, err := s.rowFrom(resp, 0, key)
+		cur, err := s.rowIn(got, key)
 		if err != nil {
 			return nil, 0, nil, err
 		}
+		// liveKey ("": not read) is the owner's liveness, read by the Txn
 		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) ||
-			(len(resp.Responses) > 3 && firstKv(resp, 3) == nil) {
+			(liveKey != "" && got[liveKey] == nil) {
 			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 		}
 		return cur, termRev, nil, nil
@@ -261,12 +266,13 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		cur = nil
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		s.retrying(observe.OpCompleteCreation, attempt)
 		if cur == nil {
 			resp, err := s.read(ctx, opGet(rowKey), opGet(resKey), opGet(termKey))
 			if err != nil {
 				return authority.CompleteCreationResult{}, err
 			}
-			c, rev, out, err := decide(resp)
+			c, rev, out, err := decide(resp, "")
 			if err != nil || out != nil {
 				return derefComplete(out), err
 			}
@@ -308,7 +314,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 			t.orGet(termKey)
 			t.orGet(liveKey)
 			var err error
-			resp, err = s.commit(ctx, t, "the creation completion")
+			resp, err = s.sendWrite(ctx, t, "the creation completion")
 			return err
 		})
 		if err != nil {
@@ -323,7 +329,7 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 			}
 			return out, nil
 		}
-		c, rev, out, err := decide(resp)
+		c, rev, out, err := decide(resp, liveKey)
 		if err != nil || out != nil {
 			return derefComplete(out), err
 		}
@@ -340,8 +346,8 @@ func derefComplete(r *authority.CompleteCreationResult) authority.CompleteCreati
 	return *r
 }
 
-// ReadCreationTerminal returns the unexpired terminal of an operation.
-func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
+// readCreationTerminal returns the unexpired terminal of an operation.
+func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
 	if err := authority.ValidateCreationOperation(op); err != nil {
 		return authority.TerminalReadResult{}, err
 	}
@@ -353,7 +359,7 @@ func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationO
 		return authority.TerminalReadResult{}, err
 	}
 	now := s.clock.Now()
-	kv := firstKv(resp, 0)
+	kv := readsOf(resp)[s.keys.terminal(op)]
 	if kv == nil {
 		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
 	}

@@ -357,7 +357,7 @@ func TestDifferentialMemoryVsEtcd(t *testing.T) {
 	memClock, etcdClock := authority.NewManualClock(testEpoch), authority.NewManualClock(testEpoch)
 	live := memory.NewLiveSet()
 	policy := conformance.ActorLimit(3)
-	mem := memory.New(memory.Options{Liveness: live, Clock: memClock, Capacity: policy, Retention: etcdstore.DefaultReservationRetention})
+	mem := memory.New(memory.Config{Liveness: live, Clock: memClock, CapacityPolicy: policy, ReservationRetention: etcdstore.DefaultReservationRetention})
 	es := newStore(t, nil, etcdstore.Config{Clock: etcdClock, CapacityPolicy: policy})
 	ctx := context.Background()
 	d := &differential{

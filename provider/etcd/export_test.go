@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// QueuedWrites is how many writes of s wait for a Txn slot (batch.go).
+// QueuedWrites is how many writes of s wait for a Txn slot (writebatch.go).
 func QueuedWrites(s *Store) int {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
@@ -20,11 +20,11 @@ func QueuedWrites(s *Store) int {
 func ForgetRows(s *Store) { s.cache = newRowCache(4096) }
 
 // QueuedReservations is how many reservations of s on node (at lifecycle)
-// wait in its group commit queue, not yet taken by a batch (groupcommit.go).
+// wait in its group commit queue, not yet taken by a batch (reservegroup.go).
 func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64) int {
-	reserveGroups.mu.Lock()
-	defer reserveGroups.mu.Unlock()
-	q := reserveGroups.m[groupKey{s, s.keys.capacityNode(node, lifecycle)}]
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	q := s.groups.m[s.keys.capacityNode(node, lifecycle)]
 	if q == nil {
 		return 0
 	}
@@ -43,7 +43,7 @@ func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64
 // watched or its watch could not catch up.
 func WatchedUsage(ctx context.Context, s *Store, node authority.NodeDescriptor, lifecycle int64, kind authority.ObjectKind, stableType string) (authority.CapacityUsage, bool, error) {
 	ops, ur := s.addUsageReads(nil, node, lifecycle, false)
-	if ur.rangeIx >= 0 {
+	if ur.ranged {
 		return authority.CapacityUsage{}, false, nil
 	}
 	resp, err := s.read(ctx, ops...)

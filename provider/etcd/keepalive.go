@@ -50,6 +50,7 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 		case err == nil && resp.TTL > 0:
 			next := sent.Add(time.Duration(resp.TTL) * time.Second)
 			l.deadline.Store(&next)
+			l.r.s.obs.Metrics().LeaseDeadline(int64(l.lease), next)
 			wait = max(time.Duration(resp.TTL)*time.Second/3, time.Second/2)
 		case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return // etcd says it expired or was revoked
@@ -57,6 +58,19 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 			return // closed, or the client is
 		default:
 			wait = keepAliveRetry // unreachable, or slow: try again until the deadline
+			l.r.s.obs.Metrics().KeepAliveFailed()
+			l.r.s.obs.Logger().Warn("owner lease keep-alive failed", "owner", l.token.OwnerID,
+				"leaseGeneration", l.token.LeaseGeneration, "leftUntilDeadline", time.Until(deadline).String(), "error", err)
 		}
+	}
+}
+
+// ended records that l's keep-alive stopped: lost when neither Close nor
+// Store.Close stopped it.
+func (l *OwnerLease) ended(lost bool) {
+	o := l.r.s.obs
+	o.Metrics().LeaseEnded(int64(l.lease), lost)
+	if lost {
+		o.Logger().Warn("owner lease lost", "owner", l.token.OwnerID, "leaseGeneration", l.token.LeaseGeneration)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -132,4 +133,55 @@ func TestScanSurvivesConcurrentWritesThenExpires(t *testing.T) {
 	page, err = st.ListAuthorities(ctx, prefix, page.NextCursor, 7)
 	require.NoError(t, err)
 	require.Equal(t, authority.KindScanExpired, page.Kind)
+}
+
+// No store opens inside another store's key layout: a namespace with a
+// layout segment as one of its path segments is refused, so the store on
+// ns can never read, list or overwrite the rows of a store on ns+"rows/".
+func TestNamespaceInsideAnotherLayoutIsRefused(t *testing.T) {
+	outer := etcdtest.Namespace()
+	for _, seg := range []string{"rows", "owners", "owner-gens", "owner-rows", "capacity", "capacity-epochs",
+		"reservations", "terminals", "aggregates", "blobs"} {
+		for _, ns := range []string{outer + seg + "/", outer + seg + "/actor/", "/" + seg + "/", seg + "/x/"} {
+			_, err := etcdstore.New(context.Background(), etcdstore.Config{Client: shared, Namespace: ns})
+			require.ErrorIs(t, err, authority.ErrInvalidArgument, "namespace %q", ns)
+			require.ErrorContains(t, err, seg)
+		}
+	}
+	// names that merely start like a segment lie outside every layout
+	for _, ns := range []string{outer + "rowsx/", outer + "my-rows/", outer + "tenant/"} {
+		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: shared, Namespace: ns})
+		require.NoError(t, err, "namespace %q", ns)
+		require.NoError(t, s.Close())
+	}
+}
+
+// The namespace rule lets a store nest in another's namespace under a
+// segment that is not the layout's; the two then share no key range: the
+// outer store neither reads nor lists the inner store's rows, and decodes
+// every key of it as EntryUnknown, not as corrupt.
+func TestNestedNamespaceOutsideTheLayoutIsIsolated(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	outer := newStore(t, nil, etcdstore.Config{Clock: clock})
+	inner := newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: outer.Namespace() + "tenant/"})
+	fx := conformance.NewFixture(t, harnessFor(inner, clock))
+	fx.Active(authority.ObjectActor, "victim", conformance.TargetA)
+	fx.Reserve(authority.ObjectUserSpot, "pending", conformance.TargetA)
+	ctx := context.Background()
+
+	res, err := outer.ReadAuthority(ctx, fx.Key(authority.ObjectActor, "victim"))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindMissing, res.Kind)
+	page, err := outer.ListAuthorities(ctx, "", "", authority.MaxScanLimit)
+	require.NoError(t, err)
+	require.Empty(t, page.Items)
+
+	all, err := shared.Get(ctx, outer.Namespace(), clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.NotEmpty(t, all.Kvs)
+	for _, kv := range all.Kvs {
+		e, err := etcdstore.DecodeEntry(outer.Namespace(), kv)
+		require.NoError(t, err, "key %q", kv.Key)
+		require.Equal(t, etcdstore.EntryUnknown, e.Kind, "key %q", kv.Key)
+	}
 }

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// PruneCapacityEpochs deletes the capacity epoch of every node lifecycle
+// pruneCapacityEpochs deletes the capacity epoch of every node lifecycle
 // that holds no capacity entry, and returns how many it deleted.
 //
 // Every Txn that changes a capacity entry puts its node lifecycle's epoch,
@@ -34,7 +34,7 @@ import (
 // under capacity-epochs/ that names no node lifecycle is left alone and
 // reported (ErrCorrupt) once the rest is pruned. It is idempotent: after an
 // error (the count says what was deleted before it) run it again.
-func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
+func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
@@ -53,6 +53,7 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 		}
 		var epochs, nodes []string
 		var looks []clientv3.Op
+		var ranges []rangeRead
 		for _, kv := range page.Kvs {
 			node, err := s.epochNode(string(kv.Key))
 			if err != nil {
@@ -60,7 +61,9 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 				continue
 			}
 			epochs, nodes = append(epochs, string(kv.Key)), append(nodes, node)
-			looks = append(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+			var h rangeRead
+			looks, h = addRead(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+			ranges = append(ranges, h)
 		}
 		if len(looks) > 0 {
 			held, err := s.read(ctx, looks...)
@@ -69,7 +72,7 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 			}
 			t := &txn{}
 			for i, epoch := range epochs {
-				if len(rangeKvs(held, i)) > 0 {
+				if len(ranges[i].in(held).Kvs) > 0 {
 					continue // the node holds capacity: its epoch stays
 				}
 				bytes := 2*len(epoch) + 2*len(nodes[i]) + 3*opOverhead
@@ -103,14 +106,16 @@ func (s *Store) sendPrune(ctx context.Context, t *txn) (int, error) {
 	if len(t.then) == 0 {
 		return 0, nil
 	}
-	resp, err := s.commit(ctx, t, "pruning capacity epochs")
+	resp, err := s.sendWrite(ctx, t, "pruning capacity epochs")
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, r := range resp.Responses {
 		if sub := r.GetResponseTxn(); sub != nil && sub.Succeeded {
-			n += int(sub.Responses[0].GetResponseDeleteRange().Deleted)
+			for _, op := range sub.Responses {
+				n += int(op.GetResponseDeleteRange().GetDeleted())
+			}
 		}
 	}
 	return n, nil

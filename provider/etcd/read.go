@@ -9,11 +9,10 @@ import (
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ReadAuthority returns the row at key (KindSnapshot) or KindMissing.
-func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
+// readAuthority returns the row at key (KindSnapshot) or KindMissing.
+func (s *Store) readAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, err
 	}
@@ -57,10 +56,9 @@ func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) 
 	return r, nil
 }
 
-// rowFrom decodes the first key-value of the i-th range response as the row
-// at key (nil when missing).
-func (s *Store) rowFrom(resp *clientv3.TxnResponse, i int, key authority.Key) (*row, error) {
-	return s.decodeRow(key, firstKv(resp, i))
+// rowIn decodes the row at key from got (nil when missing).
+func (s *Store) rowIn(got keyedReads, key authority.Key) (*row, error) {
+	return s.decodeRow(key, got[s.keys.row(key)])
 }
 
 // cachedRow returns the row at key in the state named by expected, from the
@@ -70,7 +68,9 @@ func (s *Store) cachedRow(key authority.Key, expected authority.StoreVersion) *r
 	if !ok || rev == 0 {
 		return nil
 	}
-	return s.cache.get(s.keys.row(key), rev)
+	r := s.cache.get(s.keys.row(key), rev)
+	s.obs.Metrics().RowCache(r != nil)
+	return r
 }
 
 func (s *Store) remember(r *row) { s.cache.put(s.keys.row(r.key), r) }
@@ -83,10 +83,10 @@ func (s *Store) readResult(r *row) authority.ReadResult {
 	return authority.Found(r.snapshot(now))
 }
 
-// ListAuthorities lists rows whose key starts with prefix, limit at a time,
+// listAuthorities lists rows whose key starts with prefix, limit at a time,
 // each page at the revision of the first page. A cursor expires (KindScanExpired)
 // only when etcd compacted past that revision.
-func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
+func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
 	if err := authority.ValidateScanLimit(limit); err != nil {
 		return authority.ScanResult{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -41,12 +42,12 @@ type OwnerLease struct {
 	deadline  atomic.Pointer[time.Time] // see Deadline
 }
 
-// Acquire takes the next lease generation of ownerID on node at lifecycle:
+// acquire takes the next lease generation of ownerID on node at lifecycle:
 // it bumps the owner's generation key, grants a lease of ttl, writes the
 // liveness key on it (both in one Txn) and keeps the lease alive until Close
 // or until it is lost. A later Acquire of the same owner is a new generation;
 // move the rows with rebindOwnerLease (or RebindRows).
-func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (*OwnerLease, error) {
+func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (*OwnerLease, error) {
 	if err := validateOwnerLease(node, ownerID, ttl); err != nil {
 		return nil, err
 	}
@@ -64,6 +65,7 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 	revoke := func() { s.revokeDetached(ctx, grant.ID) }
 	genKey := s.keys.ownerGen(ownerID)
 	for attempt := 0; ; attempt++ {
+		s.retrying(observe.OpOwnerLeaseAcquire, attempt)
 		if attempt == maxAttempts {
 			revoke()
 			return nil, authority.Wrap(authority.ErrUnavailable, "owner generation contention", errContention)
@@ -87,7 +89,7 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 		t.cmp(modRevIs(genKey, rev))
 		t.put(genKey, itoa(token.LeaseGeneration))
 		t.put(s.keys.liveness(node, lifecycle, token), live.encode(), clientv3.WithLease(grant.ID))
-		tresp, err := s.commit(rctx, t, "the owner lease")
+		tresp, err := s.sendWrite(rctx, t, "the owner lease")
 		if err != nil {
 			revoke()
 			return nil, err
@@ -103,7 +105,9 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 		go func() {
 			defer l.wg.Done()
 			defer close(l.done)
+			s.obs.Metrics().LeaseDeadline(int64(grant.ID), first)
 			l.keepAlive(kctx, time.Duration(grant.TTL)*time.Second)
+			l.ended(kctx.Err() == nil)
 		}()
 		return l, nil
 	}
@@ -147,7 +151,7 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 	return nil
 }
 
-// RebindRows moves every row of from (an older lease generation of the same
+// rebindRows moves every row of from (an older lease generation of the same
 // owner) to this lease with rebindOwnerLease, keeping payloads. It returns
 // how many rows it moved; rows that changed meanwhile are retried, reserved
 // rows are left to their creation. A row that changed under every attempt
@@ -155,7 +159,7 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 // ErrUnavailable) says how many stayed, so the caller calls it again. Onto a
 // lease that is lost (Done closed) nothing can move: the error wraps
 // ErrLeaseLost.
-func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
+func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
 	s := l.r.s
 	prefix := s.keys.ownerRowsPrefix(from)
 	var moved int64
@@ -183,6 +187,7 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 			key := authority.Key(string(kv.Key)[len(prefix):])
 			settled := false
 			for attempt := 0; attempt < maxAttempts && !settled; attempt++ {
+				s.retrying(observe.OpRebindRows, attempt)
 				cur, err := s.ReadAuthority(ctx, key)
 				if err != nil {
 					return moved, err

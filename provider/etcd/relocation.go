@@ -11,18 +11,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Relocations is the store's relocation blob store: blobs (≤ 1 MiB) under
+// RelocationStore is the store's relocation blob store: blobs (≤ 1 MiB) under
 // ns/blobs/, expiring through the store's bucketed leases and checked against
 // the store's clock on read.
-type Relocations struct{ s *Store }
+type RelocationStore struct{ s *Store }
 
-var _ authority.RelocationStore = Relocations{}
+var _ authority.RelocationStore = RelocationStore{}
 
 // Relocation returns the store's relocation blob store.
-func (s *Store) Relocation() Relocations { return Relocations{s} }
+func (s *Store) Relocation() RelocationStore { return RelocationStore{s} }
 
-// PutNew stores data under a new reference that expires after retention.
-func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
+// putNew stores data under a new reference that expires after retention.
+func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time.Duration) (authority.BlobReceipt, error) {
 	if err := authority.ValidateBlobPut(data, retention); err != nil {
 		return authority.BlobReceipt{}, err
 	}
@@ -45,7 +45,7 @@ func (r Relocations) PutNew(ctx context.Context, data []byte, retention time.Dur
 			key := r.s.keys.blob(string(ref))
 			t.cmp(modRevIs(key, 0))
 			t.put(key, value.String(), clientv3.WithLease(ids[0]))
-			resp, err := r.s.commit(ctx, t, "the relocation blob")
+			resp, err := r.s.sendWrite(ctx, t, "the relocation blob")
 			stored = err == nil && resp.Succeeded
 			return err
 		})
@@ -66,8 +66,8 @@ const blobReferenceDraws = 3
 // newBlobReference draws a relocation blob reference (replaced in tests).
 var newBlobReference = uuid.NewString
 
-// Read returns the blob (KindFound) or KindMissing once deleted or expired.
-func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
+// read returns the blob (KindFound) or KindMissing once deleted or expired.
+func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) (authority.BlobReadResult, error) {
 	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
 		return authority.BlobReadResult{}, err
 	}
@@ -77,11 +77,12 @@ func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (aut
 	if _, err := uuid.Parse(string(ref)); err != nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	resp, err := r.s.read(ctx, opGet(r.s.keys.blob(string(ref))))
+	blobKey := r.s.keys.blob(string(ref))
+	resp, err := r.s.read(ctx, opGet(blobKey))
 	if err != nil {
 		return authority.BlobReadResult{}, err
 	}
-	kv := firstKv(resp, 0)
+	kv := readsOf(resp)[blobKey]
 	if kv == nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
@@ -95,8 +96,8 @@ func (r Relocations) Read(ctx context.Context, ref authority.BlobReference) (aut
 	return authority.BlobReadResult{Kind: authority.KindFound, Bytes: bytes.Clone(kv.Value[8:])}, nil
 }
 
-// Delete removes the blob; deleting a missing blob is not an error.
-func (r Relocations) Delete(ctx context.Context, ref authority.BlobReference) error {
+// remove removes the blob; deleting a missing blob is not an error.
+func (r RelocationStore) remove(ctx context.Context, ref authority.BlobReference) error {
 	if err := authority.RequireText(string(ref), "relocation blob reference"); err != nil {
 		return err
 	}

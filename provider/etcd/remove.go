@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
@@ -16,10 +17,10 @@ import (
 // its node's capacity epoch.
 const opsPerRemovedRow = 4
 
-// RemoveAllByOwner deletes every row held by owner (through the owner
+// removeAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
 // by its ModRevision. It returns how many rows it removed.
-func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
+func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err
 	}
@@ -55,14 +56,14 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
 			gets[i] = opGet(s.keys.row(keys[i]))
 		}
-		rows, err := s.readInParts(ctx, gets)
+		got, err := s.readInParts(ctx, gets)
 		if err != nil {
 			return removed, err
 		}
 		t := &txn{}
 		n := int64(0)
-		for i, key := range keys {
-			r, err := s.decodeRow(key, rows[i])
+		for _, key := range keys {
+			r, err := s.rowIn(got, key)
 			if err != nil {
 				return removed, err
 			}
@@ -84,9 +85,9 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 			t.del(s.keys.ownerRow(owner, key))
 			n++
 		}
-		resp, err := s.commit(ctx, t, "removing an owner's rows")
+		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
-			resp, err = s.commit(ctx, deletesOnly(t), "removing an owner's rows")
+			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
 			return removed, err
@@ -102,15 +103,15 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 	return removed, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
 }
 
-// readInParts reads the single-key gets and returns each one's key-value
-// (nil: absent): in one Txn, or, when the rows add up to more than the
-// client's receive limit, in halves, down to one row a read (only a single
-// row over the limit is ErrLimitExceeded). The parts need not share a
-// revision: every row read is then fenced by its own ModRevision.
-func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) ([]*mvccpbKV, error) {
+// readInParts reads the single-key gets and returns what they read, by key:
+// in one Txn, or, when the rows add up to more than the client's receive
+// limit, in halves, down to one row a read (only a single row over the limit
+// is ErrLimitExceeded). The parts need not share a revision: every row read
+// is then fenced by its own ModRevision.
+func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) (keyedReads, error) {
 	resp, err := s.read(ctx, gets...)
 	if err == nil {
-		return kvsAt(resp, 0, len(gets)), nil
+		return readsOf(resp), nil
 	}
 	if len(gets) == 1 || !errors.Is(err, authority.ErrLimitExceeded) || !etcdpage.TooLarge(err) {
 		return nil, err
@@ -124,17 +125,8 @@ func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) ([]*mvccpbK
 	if err != nil {
 		return nil, err
 	}
-	return append(first, rest...), nil
-}
-
-// kvsAt returns the first key-value (nil: none) of each of the n range
-// responses of resp from position from on.
-func kvsAt(resp *clientv3.TxnResponse, from, n int) []*mvccpbKV {
-	kvs := make([]*mvccpbKV, n)
-	for i := range kvs {
-		kvs[i] = firstKv(resp, from+i)
-	}
-	return kvs
+	maps.Copy(first, rest)
+	return first, nil
 }
 
 // deletesOnly returns t without its capacity epoch touches, the only puts

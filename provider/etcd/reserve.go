@@ -19,6 +19,11 @@ type reservation struct {
 	row    *row
 }
 
+// liveKey is the liveness key of r's target owner.
+func (r *reservation) liveKey(s *Store) string {
+	return s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner)
+}
+
 // addReserve appends one reservation's conditions and writes to t: the row
 // is absent, the target owner is live; the row, its reserved capacity entry
 // and its owner index entry are written. Several reservations (of distinct
@@ -33,11 +38,11 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 	t.put(s.keys.ownerRow(r.target.Owner, r.key), "")
 }
 
-// Reserve creates a reserved row on a live target with placement capacity.
+// reserve creates a reserved row on a live target with placement capacity.
 // Without a capacity policy it is one Txn; with one, a read of the node's
 // capacity entries and a Txn fenced on them, shared with the reservations
 // waiting on the same node (group commit).
-func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
+func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
 	key, err := authority.ValidateReserve(req)
 	if err != nil {
 		return authority.ReserveResult{}, err
@@ -67,7 +72,7 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	}}
 	if s.capacityPolicy() != nil {
 		// concurrent reservations on one node share its capacity fence:
-		// group-commit them (groupcommit.go).
+		// group-commit them (reservegroup.go).
 		return s.reserveGrouped(ctx, req, res)
 	}
 	// no capacity policy: nothing shared with other reservations, one Txn.
@@ -76,12 +81,12 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	s.addReserve(t, res)
 	t.orGet(rowKey)
 	t.orGet(s.keys.liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
-	resp, err := s.commit(ctx, t, "the reservation")
+	resp, err := s.sendWrite(ctx, t, "the reservation")
 	if err != nil {
 		return authority.ReserveResult{}, err
 	}
 	if !resp.Succeeded {
-		cur, err := s.rowFrom(resp, 0, key)
+		cur, err := s.rowIn(readsOf(resp), key)
 		if err != nil {
 			return authority.ReserveResult{}, err
 		}

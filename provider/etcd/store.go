@@ -5,13 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	authority "github.com/zlink-systems/authority"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 )
 
 // Default limits, matching etcd's server defaults.
@@ -80,12 +85,24 @@ type Config struct {
 	// flight at once (default DefaultMaxConcurrentTxns; negative: no limit
 	// and no batching). Writes that find them all busy are sent together as
 	// one Txn when the next one ends, each keeping its own outcome
-	// (batch.go). Writes that cannot be batched (a reservation under a
+	// (writebatch.go). Writes that cannot be batched (a reservation under a
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
 	// SkipVersionCheck skips the server version check of New.
 	SkipVersionCheck bool
+
+	// Registerer receives the store's Prometheus metrics (nil: none; two
+	// stores on one Registerer share them).
+	Registerer prometheus.Registerer
+	// TracerProvider makes a span of every operation, a child span of each
+	// etcd round trip, and names the compare a refused write failed (nil:
+	// none).
+	TracerProvider trace.TracerProvider
+	// Logger receives the store's events: owner leases lost, keep-alives
+	// failing, usage watch restarts, compaction seen, cluster regression,
+	// prune and rebind results (nil: none).
+	Logger *slog.Logger
 }
 
 // Store is the etcd authority store. It is safe for concurrent use.
@@ -110,9 +127,13 @@ type Store struct {
 	leases    *leaseBuckets
 	batch     *writeBatcher
 	usage     *usageWatches
+	groups    reserveGroups // group commit of reservations, per node lifecycle
 	// guard refuses every request once the cluster went back in time
 	// (regression.go).
 	guard *regressionGuard
+	// obs records operations, Txns, owner leases and usage watches (nil:
+	// nothing is recorded).
+	obs *observe.Observer
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -162,7 +183,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
-		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{},
+		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
+		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
 		dialTimeout: cfg.DialTimeout,
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())

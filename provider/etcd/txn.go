@@ -2,10 +2,13 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
+	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -26,7 +29,7 @@ type txn struct {
 	// entries the Txn writes, each put once after then (see touch).
 	touches []string
 	// alone marks a Txn fenced on a capacity epoch: it is never merged
-	// with other writes (batch.go), since they may touch that epoch.
+	// with other writes (writebatch.go), since they may touch that epoch.
 	alone bool
 }
 
@@ -111,22 +114,32 @@ func (s *Store) check(t *txn, what string) error {
 	return nil
 }
 
-// commit sends t after checking it fits, alone or batched with concurrent
-// writes (batch.go). The caller checks Succeeded.
-func (s *Store) commit(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
+// sendWrite sends t after checking it fits, alone or batched with concurrent
+// writes (writebatch.go). The caller checks Succeeded.
+func (s *Store) sendWrite(ctx context.Context, t *txn, what string) (*clientv3.TxnResponse, error) {
 	if err := s.check(t, what); err != nil {
 		return nil, err
 	}
-	return s.batch.commit(ctx, t)
+	resp, err := s.batch.commit(ctx, t)
+	if err == nil && !resp.Succeeded {
+		s.explainFailure(ctx, t)
+	}
+	return resp, err
 }
 
 // send sends t as one Txn.
 func (s *Store) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	ctx, end := s.obs.RoundTrip(ctx, "etcd.Txn", t.ops())
 	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.thenOps()...).Else(t.els...).Commit()
 	if err != nil {
-		return nil, mapError(err, len(t.then) > 0)
+		err = s.txnFailed(err, len(t.then) > 0)
+	}
+	end(err)
+	s.obs.Metrics().TxnSent(t.ops(), t.bytes, err == nil && resp.Succeeded, err, errors.Is(err, authority.ErrOutcomeUnknown))
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
@@ -135,28 +148,62 @@ func (s *Store) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error)
 func (s *Store) read(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	ctx, end := s.obs.RoundTrip(ctx, "etcd.Txn", len(ops))
 	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return nil, mapError(err, false)
+		err = s.txnFailed(err, false)
+	}
+	end(err)
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// rangeKvs returns the key-values of the i-th response of a Txn, which must be
-// a range.
-func rangeKvs(resp *clientv3.TxnResponse, i int) []*mvccpbKV {
-	return resp.Responses[i].GetResponseRange().Kvs
+// reads are the key-values a Txn's single-key reads returned, by key: a
+// read is found by the key it read, never by where its response sits (as
+// etcd's stm.go does). A key that was read and is absent has no entry.
+type keyedReads map[string]*mvccpbKV
+
+// readsOf indexes every range response of resp by key.
+func readsOf(resp *clientv3.TxnResponse) keyedReads {
+	m := make(keyedReads, len(resp.Responses))
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			m[string(kv.Key)] = kv
+		}
+	}
+	return m
 }
 
-type mvccpbKV = mvccpb.KeyValue
-
-// firstKv returns the first key-value of the i-th range response, or nil.
-func firstKv(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
-	if kvs := rangeKvs(resp, i); len(kvs) > 0 {
-		return kvs[0]
+// kvNamed returns the key-value a single-key read of key in resp returned
+// (nil: absent, or not read).
+func kvNamed(resp *clientv3.TxnResponse, key string) *mvccpbKV {
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			if string(kv.Key) == key {
+				return kv
+			}
+		}
 	}
 	return nil
 }
+
+// rangeRead is a handle to one range read of a Txn: what adds the read
+// returns it, and the read's response is found through it.
+type rangeRead struct{ at int }
+
+// addRead appends op to ops and returns the handle of its response.
+func addRead(ops []clientv3.Op, op clientv3.Op) ([]clientv3.Op, rangeRead) {
+	return append(ops, op), rangeRead{at: len(ops)}
+}
+
+// in returns the handle's response in resp.
+func (h rangeRead) in(resp *clientv3.TxnResponse) *etcdserverpb.RangeResponse {
+	return resp.Responses[h.at].GetResponseRange()
+}
+
+type mvccpbKV = mvccpb.KeyValue
 
 // modRevIs compares a key's ModRevision (0: the key is absent).
 func modRevIs(key string, rev int64) clientv3.Cmp {

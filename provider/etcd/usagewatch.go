@@ -74,31 +74,35 @@ type usageWatch struct {
 	changed chan struct{} // closed (and replaced) whenever at moves or broken is set
 	used    time.Time
 	idle    *time.Timer // drops the watch once unused for usageWatchIdle
+	// progress is the revision of the last watch response (for the lag
+	// metric).
+	progress int64
 }
 
 func newUsageWatches(s *Store) *usageWatches {
 	return &usageWatches{s: s, m: map[string]*usageWatch{}}
 }
 
-// usageRead locates a node's usage reads in a read Txn (or a failed Txn's
-// Else): its capacity epoch, and its capacity range when the usage is not
-// watched (rangeIx -1 otherwise).
+// usageRead names a node's usage reads in a read Txn (or a failed Txn's
+// Else): its capacity epoch, by key, and its capacity range, by handle, when
+// the usage is not watched (ranged false otherwise).
 type usageRead struct {
 	node      authority.NodeDescriptor
 	lifecycle int64
-	epochIx   int
-	rangeIx   int
+	epochKey  string
+	ranged    bool
+	capacity  rangeRead
 }
 
 // addUsageReads appends to ops what a decision on node's usage needs to read:
 // the node's capacity epoch, and its capacity range when the usage is not
 // watched or fullRange is set.
 func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, lifecycle int64, fullRange bool) ([]clientv3.Op, usageRead) {
-	ur := usageRead{node: node, lifecycle: lifecycle, epochIx: len(ops), rangeIx: -1}
-	ops = append(ops, clientv3.OpGet(s.keys.capacityEpoch(node, lifecycle), clientv3.WithKeysOnly()))
+	ur := usageRead{node: node, lifecycle: lifecycle, epochKey: s.keys.capacityEpoch(node, lifecycle)}
+	ops = append(ops, clientv3.OpGet(ur.epochKey, clientv3.WithKeysOnly()))
 	if fullRange || !s.usage.watched(s.keys.capacityNode(node, lifecycle)) {
-		ur.rangeIx = len(ops)
-		ops = append(ops, s.capacityRangeOp(node, lifecycle))
+		ur.ranged = true
+		ops, ur.capacity = addRead(ops, s.capacityRangeOp(node, lifecycle))
 	}
 	return ops, ur
 }
@@ -106,7 +110,7 @@ func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, 
 // epochOf returns the capacity epoch read at ur in resp: the revision of the
 // node's last capacity change (0: none since the layout had epochs).
 func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
-	if kv := firstKv(resp, ur.epochIx); kv != nil {
+	if kv := kvNamed(resp, ur.epochKey); kv != nil {
 		return kv.ModRevision
 	}
 	return 0
@@ -120,8 +124,8 @@ func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
 func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usageRead) (u nodeUsage, epoch int64, ok bool, err error) {
 	epoch = epochOf(resp, ur)
 	prefix := s.keys.capacityNode(ur.node, ur.lifecycle)
-	if ur.rangeIx >= 0 {
-		kvs, err := s.capacityKvs(ctx, resp, ur.rangeIx, ur.node, ur.lifecycle)
+	if ur.ranged {
+		kvs, err := s.capacityKvs(ctx, resp, ur.capacity, ur.node, ur.lifecycle)
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return nodeUsage{}, 0, false, nil // read again, at a newer revision
 		}
@@ -154,7 +158,7 @@ func (s *Store) backfillEpoch(ctx context.Context, node authority.NodeDescriptor
 	t := &txn{}
 	t.cmp(modRevIs(key, 0))
 	t.put(key, "")
-	_, err := s.commit(ctx, t, "the capacity epoch")
+	_, err := s.sendWrite(ctx, t, "the capacity epoch")
 	return err
 }
 
@@ -249,18 +253,23 @@ func (ws *usageWatches) start(prefix string, node authority.NodeDescriptor, life
 	}
 	if w := ws.m[prefix]; w != nil && !w.broken {
 		return
+	} else if w != nil {
+		ws.s.obs.Metrics().UsageResync()
+		ws.s.obs.Logger().Info("capacity usage watch restarted", "node", node.RID, "lifecycle", lifecycle)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &usageWatch{cancel: cancel, node: node, lifecycle: lifecycle, usage: u.clone(), at: epoch,
-		changed: make(chan struct{}), used: time.Now()}
+		changed: make(chan struct{}), used: time.Now(), progress: rev}
 	w.idle = time.AfterFunc(usageWatchIdle, func() { ws.expire(prefix, w) })
 	ws.m[prefix] = w
 	ws.wg.Add(1)
 	ws.started.Add(1)
 	ws.running.Add(1)
+	ws.s.obs.Metrics().UsageWatchStarted()
 	go func() {
 		defer ws.wg.Done()
 		defer ws.running.Add(-1)
+		defer ws.s.obs.Metrics().UsageWatchStopped()
 		// Watch can block until the client has a stream (no lock held)
 		wch := ws.s.client.Watch(clientv3.WithRequireLeader(ctx), prefix,
 			clientv3.WithRange(prefixEnd(prefix)), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
@@ -299,10 +308,13 @@ func (ws *usageWatches) follow(prefix string, w *usageWatch, wch clientv3.WatchC
 	defer w.cancel()
 	for wr := range wch {
 		if wr.Err() != nil || wr.Canceled {
+			ws.ended(w, wr)
 			break
 		}
 		ws.mu.Lock()
 		err := ws.apply(prefix, w, wr.Events)
+		w.progress = wr.Header.Revision
+		ws.measureLag()
 		ws.mu.Unlock()
 		if err != nil {
 			break
@@ -407,4 +419,29 @@ func (ws *usageWatches) close() {
 
 func (u nodeUsage) clone() nodeUsage {
 	return nodeUsage{reserved: maps.Clone(u.reserved), active: maps.Clone(u.active)}
+}
+
+// ended records why a usage watch ended (compacted, or an error).
+func (ws *usageWatches) ended(w *usageWatch, wr clientv3.WatchResponse) {
+	if wr.CompactRevision != 0 {
+		ws.s.obs.Metrics().CompactionSeen()
+		ws.s.obs.Logger().Info("capacity usage watch found its revision compacted; the next read re-reads the node",
+			"node", w.node.RID, "compactRevision", wr.CompactRevision)
+		return
+	}
+	ws.s.obs.Logger().Warn("capacity usage watch ended", "node", w.node.RID, "error", wr.Err())
+}
+
+// measureLag sets the usage-watch lag metric: how far the slowest watch is
+// behind the newest revision the store has seen (under mu).
+func (ws *usageWatches) measureLag() {
+	m := ws.s.obs.Metrics()
+	if m == nil {
+		return
+	}
+	newest, lag := ws.s.guard.floor(), int64(0)
+	for _, w := range ws.m {
+		lag = max(lag, newest-w.progress)
+	}
+	m.UsageLag(lag)
 }

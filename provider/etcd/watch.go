@@ -8,11 +8,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// WaitForChange returns once the row at key is no longer at version seen
+// waitForChange returns once the row at key is no longer at version seen
 // (zero: absent), or when ctx ends (returning ctx.Err()), or when the store is
 // closed (returning authority.ErrClosed). It reads the row, then watches it
 // from the read's revision + 1, so no change is missed.
-func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen authority.StoreVersion) error {
+func (s *Store) waitForChange(ctx context.Context, key authority.Key, seen authority.StoreVersion) error {
 	if err := authority.ValidateKey(key); err != nil {
 		return err
 	}

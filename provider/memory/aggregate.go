@@ -25,9 +25,9 @@ type aggregateRecord struct {
 	deadline time.Time
 }
 
-// PrepareAggregate checks the participants and reserves the target's
+// prepareAggregate checks the participants and reserves the target's
 // capacity.
-func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
+func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
@@ -79,9 +79,9 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
 }
 
-// CommitAggregate applies every participant of a prepared aggregate or
+// commitAggregate applies every participant of a prepared aggregate or
 // none.
-func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
+func (s *Store) commitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
@@ -148,8 +148,8 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
 }
 
-// AbortAggregate releases a prepared aggregate's capacity.
-func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
+// abortAggregate releases a prepared aggregate's capacity.
+func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
 	}

@@ -6,12 +6,12 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// ReadAuthority returns the row at key.
-func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
+// readAuthority returns the row at key.
+func (s *Store) readAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, err
 	}
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err != nil {
 		return authority.ReadResult{}, err
 	}
@@ -21,9 +21,9 @@ func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority
 	return result, nil
 }
 
-// CompareExchangeAuthority applies m to the active row at key when its
+// compareExchangeAuthority applies m to the active row at key when its
 // version is expected.
-func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
+func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
 	if err := authority.ValidateCompareExchange(key, m); err != nil {
 		return authority.CompareExchangeResult{}, err
 	}
@@ -83,9 +83,9 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.snapshot(now), StoreNow: now}, nil
 }
 
-// RemoveAllByOwner deletes every row held by owner, active or reserved, and
+// removeAllByOwner deletes every row held by owner, active or reserved, and
 // releases its capacity. It visits every row.
-func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
+func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err
 	}

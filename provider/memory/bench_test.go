@@ -24,10 +24,16 @@ func BenchmarkMemory(b *testing.B) {
 	}
 }
 
+// benchConfig sets the configuration of the stores benchStore makes
+// (BenchmarkObservability switches it).
+var benchConfig = func(*Config) {}
+
 func benchStore() *Store {
 	live := NewLiveSet()
 	live.Set(nodeA, 1, ownerA, true)
-	return New(Options{Liveness: live})
+	opts := Config{Liveness: live}
+	benchConfig(&opts)
+	return New(opts)
 }
 
 // benchRequest is a Spot reservation request on node A; its ID is set per op.

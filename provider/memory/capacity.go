@@ -6,10 +6,10 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
-// CapacityUsage returns the active and reserved counts of one counter.
-func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
+// capacityUsage returns the active and reserved counts of one counter.
+func (s *Store) capacityUsage(ctx context.Context, node authority.NodeDescriptor, lifecycleGeneration int64, objectKind authority.ObjectKind, stableType string) (authority.CapacityUsage, error) {
 	counter := authority.UsageCounter(node, lifecycleGeneration, objectKind, stableType)
-	if _, err := s.begin(ctx); err != nil {
+	if _, err := s.lock(ctx); err != nil {
 		return authority.CapacityUsage{}, err
 	}
 	defer s.mu.Unlock()

@@ -47,7 +47,7 @@ func TestCompletionTakesEffectAtItsLockTime(t *testing.T) {
 		t.Run(life.String(), func(t *testing.T) {
 			live := NewLiveSet()
 			clock := &signalClock{ManualClock: authority.NewManualClock(testEpoch)}
-			s := New(Options{Liveness: live, Clock: clock})
+			s := New(Config{Liveness: live, Clock: clock})
 			live.Set(nodeA, 1, ownerA, true)
 			e := &env{t: t, s: s, live: live, ctx: t.Context()}
 			req := actorRequest("a1", target(nodeA, ownerA))

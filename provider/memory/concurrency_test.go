@@ -98,7 +98,7 @@ func TestConcurrentCASRetry(t *testing.T) {
 // TestConcurrentCapacityNeverOverAdmits: many goroutines reserve distinct
 // keys on one node under a policy of 10 Spots: exactly 10 are admitted.
 func TestConcurrentCapacityNeverOverAdmits(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Capacity = maxSpots(10) })
+	e := newEnv(t, func(o *Config) { o.CapacityPolicy = maxSpots(10) })
 	const n = 100
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	authority "github.com/zlink-systems/authority"
@@ -23,10 +24,13 @@ type claimSet struct{ keys map[authority.Key]bool }
 func (c *claimSet) IdentityClaimed(key authority.Key) bool { return c.keys[key] }
 
 // newHarness builds a fresh store with every control the harness offers.
-func newHarness(t *testing.T) *conformance.Harness {
+func newHarness(t *testing.T) *conformance.Harness { return newHarnessWith(t, nil) }
+
+// newHarnessWith is newHarness with the store's metrics on reg (nil: none).
+func newHarnessWith(_ *testing.T, reg prometheus.Registerer) *conformance.Harness {
 	live := NewLiveSet()
 	clock := authority.NewManualClock(testEpoch)
-	store := New(Options{Liveness: live, Clock: clock})
+	store := New(Config{Liveness: live, Clock: clock, Registerer: reg})
 	claims := &claimSet{keys: map[authority.Key]bool{}}
 	return &conformance.Harness{
 		Store: store,
@@ -47,8 +51,8 @@ func newHarness(t *testing.T) *conformance.Harness {
 		Now:          clock.Now,
 		ExpireScans:  func(testing.TB) { store.ExpireScans() },
 		Relocation:   NewRelocationStore(clock),
-		// the default: Options.Retention is not set
-		RecordRetention:  DefaultRetention,
+		// the default: Config.ReservationRetention is not set
+		RecordRetention:  DefaultReservationRetention,
 		LeaveGenerations: func(_ testing.TB, c conformance.GenerationCounter, left int64) { leaveGenerations(store, c, left) },
 	}
 }

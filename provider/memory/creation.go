@@ -41,8 +41,8 @@ func (s *Store) endReservation(r *row, state reservationState, now time.Time) {
 	s.setReservationTerminal(r.meta.reservation.creation.seq, state, now)
 }
 
-// Reserve creates a reserved row for a new object.
-func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
+// reserve creates a reserved row for a new object.
+func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (authority.ReserveResult, error) {
 	key, err := authority.ValidateReserve(req)
 	if err != nil {
 		return authority.ReserveResult{}, err
@@ -179,8 +179,8 @@ func (s *Store) activate(r *row, v int64, payload []byte) *row {
 	return next
 }
 
-// Commit turns a reserved Spot into an active one.
-func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
+// commit turns a reserved Spot into an active one.
+func (s *Store) commit(ctx context.Context, req authority.CommitRequest) (authority.CommitResult, error) {
 	key, err := authority.ValidateCommit(req)
 	if err != nil {
 		return authority.CommitResult{}, err
@@ -214,8 +214,8 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 	return authority.CommitResult{Kind: authority.KindCommitted, Ready: ready.snapshotIn(room, now)}, nil
 }
 
-// CompleteCreation finishes a reserved Actor.
-func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
+// completeCreation finishes a reserved Actor.
+func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCreationRequest) (authority.CompleteCreationResult, error) {
 	if err := ctx.Err(); err != nil {
 		return authority.CompleteCreationResult{}, err
 	}
@@ -292,13 +292,13 @@ func (s *Store) creationTerminalAvailable(opKey string, now time.Time) bool {
 	return false
 }
 
-// ReadCreationTerminal returns the unexpired terminal of an operation.
-func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
+// readCreationTerminal returns the unexpired terminal of an operation.
+func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
 	if err := authority.ValidateCreationOperation(op); err != nil {
 		return authority.TerminalReadResult{}, err
 	}
 	key := op.Key()
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err != nil {
 		return authority.TerminalReadResult{}, err
 	}
@@ -314,8 +314,8 @@ func (s *Store) ReadCreationTerminal(ctx context.Context, op authority.CreationO
 	return authority.TerminalReadResult{Kind: authority.KindFound, Record: rec.Clone(), StoreNow: now}, nil
 }
 
-// Abort deletes a reserved row and releases its capacity.
-func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
+// abort deletes a reserved row and releases its capacity.
+func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authority.AbortResult, error) {
 	key, err := authority.ValidateAbort(req)
 	if err != nil {
 		return authority.AbortResult{}, err

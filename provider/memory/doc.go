@@ -13,13 +13,13 @@
 //   - Rows are kept in an ordered index (a copy-on-write B-tree), so a
 //     listing page costs O(log n + limit). A listing reads a
 //     pinned copy of the index taken when it started, so later writes never
-//     tear it; pinned copies are dropped after Options.ScanRetention, beyond
-//     Options.MaxPinnedScans, or by ExpireScans, and a cursor whose copy was
+//     tear it; pinned copies are dropped after Config.ScanRetention, beyond
+//     Config.MaxPinnedScans, or by ExpireScans, and a cursor whose copy was
 //     dropped answers KindScanExpired. A write rewrites a row in place when
 //     no pinned copy can see it and no listing is copying rows, and stores a
 //     new row value otherwise. Results are always the caller's own copies.
 //   - Reservation terminals and committed or aborted aggregate records are
-//     swept Options.Retention after they were written, creation terminals at
+//     swept Config.ReservationRetention after they were written, creation terminals at
 //     their expiry. Sweeping is lazy and amortized on writes; there is no
 //     background goroutine and nothing to close.
 //

@@ -26,7 +26,7 @@ func newStore() (*memory.Store, *memory.LiveSet) {
 	live := memory.NewLiveSet()
 	live.Set(nodeA, 1, ownerA, true)
 	live.Set(nodeB, 1, ownerB, true)
-	return memory.New(memory.Options{Liveness: live}), live
+	return memory.New(memory.Config{Liveness: live}), live
 }
 
 // reserveRequest returns the reservation of a new object kind/id of stable

@@ -27,11 +27,11 @@ type env struct {
 	ctx   context.Context
 }
 
-func newEnv(t *testing.T, configure ...func(*Options)) *env {
+func newEnv(t *testing.T, configure ...func(*Config)) *env {
 	t.Helper()
 	live := NewLiveSet()
 	clock := authority.NewManualClock(testEpoch)
-	opts := Options{Liveness: live, Clock: clock}
+	opts := Config{Liveness: live, Clock: clock}
 	for _, f := range configure {
 		f(&opts)
 	}

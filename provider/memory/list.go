@@ -27,9 +27,9 @@ type pin struct {
 	pinnedAt time.Time
 }
 
-// ListAuthorities lists the rows whose key starts with prefix, in byte order
+// listAuthorities lists the rows whose key starts with prefix, in byte order
 // of their keys, limit at a time.
-func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
+func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
 	if err := authority.ValidateScanLimit(limit); err != nil {
 		return authority.ScanResult{}, err
 	}
@@ -40,7 +40,7 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 			return authority.ScanResult{}, err
 		}
 	}
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err != nil {
 		return authority.ScanResult{}, err
 	}

@@ -106,7 +106,7 @@ func TestListCursorChecks(t *testing.T) {
 }
 
 func TestListExpiry(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.ScanRetention = time.Minute; o.MaxPinnedScans = 2 })
+	e := newEnv(t, func(o *Config) { o.ScanRetention = time.Minute; o.MaxPinnedScans = 2 })
 	e.fill(20)
 	start := func() authority.ScanCursor {
 		res, err := e.s.ListAuthorities(e.ctx, "user_spot/", "", 5)

@@ -95,11 +95,11 @@ func TestLiveSet(t *testing.T) {
 }
 
 func TestNewDefaults(t *testing.T) {
-	require.Panics(t, func() { New(Options{}) })
-	s := New(Options{Liveness: NewLiveSet()})
-	require.Equal(t, DefaultRetention, s.retention)
+	require.Panics(t, func() { New(Config{}) })
+	s := New(Config{Liveness: NewLiveSet()})
+	require.Equal(t, DefaultReservationRetention, s.retention)
 	require.Equal(t, DefaultScanRetention, s.scanRetention)
 	require.Equal(t, DefaultMaxPinnedScans, s.maxPins)
 	require.IsType(t, authority.SystemClock{}, s.clock)
-	require.NotEqual(t, New(Options{Liveness: NewLiveSet()}).scope, s.scope)
+	require.NotEqual(t, New(Config{Liveness: NewLiveSet()}).scope, s.scope)
 }

@@ -23,7 +23,7 @@ func (e *env) chunks() int {
 // several chunks: once their terminals are swept the chunks go, and the
 // terminals of another store, or of no store, are never found.
 func TestReservationTableReleasesChunks(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Retention = time.Minute })
+	e := newEnv(t, func(o *Config) { o.ReservationRetention = time.Minute })
 	const n = 3*reservationChunkLen + 17
 	commits := make([]authority.CommitRequest, 0, n)
 	aborts := make([]authority.AbortRequest, 0, n)

@@ -5,46 +5,50 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/btree"
+	"go.opentelemetry.io/otel/trace"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 )
 
-// Default settings of Options.
+// Default settings of Config.
 const (
-	// DefaultRetention is how long swept records (reservation terminals,
-	// committed or aborted aggregates) are kept when Options.Retention is 0.
-	DefaultRetention = 10 * time.Minute
+	// DefaultReservationRetention is how long swept records (reservation terminals,
+	// committed or aborted aggregates) are kept when Config.ReservationRetention is 0.
+	DefaultReservationRetention = 10 * time.Minute
 	// DefaultScanRetention is how long a listing stays continuable when
-	// Options.ScanRetention is 0.
+	// Config.ScanRetention is 0.
 	DefaultScanRetention = 5 * time.Minute
 	// DefaultMaxPinnedScans is how many listing revisions stay pinned when
-	// Options.MaxPinnedScans is 0.
+	// Config.MaxPinnedScans is 0.
 	DefaultMaxPinnedScans = 64
 )
 
-// Options configures a Store.
-type Options struct {
+// Config configures a Store.
+type Config struct {
 	// Liveness says whether an owner lease is live on a node. Required.
 	Liveness authority.LivenessOracle
-	// Capacity decides whether a placement fits its node; nil means
+	// CapacityPolicy decides whether a placement fits its node; nil means
 	// every placement fits. SetCapacityPolicy replaces it later.
-	Capacity authority.CapacityPolicy
-	// Identity says which keys are claimed elsewhere; nil means no key is
+	CapacityPolicy authority.CapacityPolicy
+	// IdentityClaims says which keys are claimed elsewhere; nil means no key is
 	// claimed. SetIdentityClaims replaces it later.
-	Identity authority.IdentityClaims
+	IdentityClaims authority.IdentityClaims
 	// Clock is the store's clock; nil means authority.SystemClock.
 	Clock authority.Clock
-	// Retention is how long a reservation terminal (the record that makes a
+	// ReservationRetention is how long a reservation terminal (the record that makes a
 	// re-commit report alreadyCommitted and a re-abort alreadyAborted) and a
 	// committed or aborted aggregate record are kept; 0 means
-	// DefaultRetention. Creation terminals are kept until their ExpiresAt.
-	Retention time.Duration
+	// DefaultReservationRetention. Creation terminals are kept until their ExpiresAt.
+	ReservationRetention time.Duration
 	// ScanRetention is how long a listing can be continued after its first
 	// page; 0 means DefaultScanRetention.
 	ScanRetention time.Duration
@@ -52,6 +56,14 @@ type Options struct {
 	// starting a listing beyond it drops the oldest. 0 means
 	// DefaultMaxPinnedScans.
 	MaxPinnedScans int
+
+	// Registerer receives the store's Prometheus metrics (nil: none; two
+	// stores on one Registerer share them).
+	Registerer prometheus.Registerer
+	// TracerProvider makes a span of every operation (nil: none).
+	TracerProvider trace.TracerProvider
+	// Logger receives the store's events (nil: none).
+	Logger *slog.Logger
 }
 
 // Store is the in-memory authority store. It implements authority.Store and
@@ -97,6 +109,8 @@ type Store struct {
 	terminalSweep    terminalHeap
 
 	watches map[authority.Key]*watch
+	// obs records operations (nil: nothing is recorded).
+	obs *observe.Observer
 	// epoch is the clock's reading at New; reservation deadlines are kept
 	// as offsets from it.
 	epoch time.Time
@@ -108,30 +122,31 @@ var (
 )
 
 // New returns an empty store. It panics if opts.Liveness is nil.
-func New(opts Options) *Store {
+func New(opts Config) *Store {
 	if opts.Liveness == nil {
-		panic("memory: Options.Liveness is required")
+		panic("memory: Config.Liveness is required")
 	}
 	s := &Store{
 		liveness:           opts.Liveness,
 		clock:              opts.Clock,
-		retention:          opts.Retention,
+		retention:          opts.ReservationRetention,
 		scanRetention:      opts.ScanRetention,
 		maxPins:            opts.MaxPinnedScans,
-		policy:             opts.Capacity,
-		claims:             opts.Identity,
+		policy:             opts.CapacityPolicy,
+		claims:             opts.IdentityClaims,
 		index:              btree.NewBTreeGOptions(rowLess, btree.Options{NoLocks: true}),
 		operationTerminals: make(map[string]*authority.TerminalRecord),
 		aggregates:         make(map[authority.Fence]*aggregateRecord),
 		counters:           make(map[authority.CapacityCounter]*counterCell),
 		watches:            make(map[authority.Key]*watch),
+		obs:                observe.New(observe.Config{Registerer: opts.Registerer, TracerProvider: opts.TracerProvider, Logger: opts.Logger}),
 	}
 	if s.clock == nil {
 		s.clock = authority.SystemClock{}
 	}
 	s.epoch = s.clock.Now()
 	if s.retention <= 0 {
-		s.retention = DefaultRetention
+		s.retention = DefaultReservationRetention
 	}
 	if s.scanRetention <= 0 {
 		s.scanRetention = DefaultScanRetention
@@ -164,9 +179,10 @@ func (s *Store) SetIdentityClaims(claims authority.IdentityClaims) {
 	s.mu.Unlock()
 }
 
-// begin checks ctx, then takes the lock and returns the store's clock.
+// lock checks ctx, then takes the store's lock and returns the store's clock
+// (the etcd provider's begin only checks: it has no lock).
 // Callers validate their input before calling it and unlock when done.
-func (s *Store) begin(ctx context.Context) (time.Time, error) {
+func (s *Store) lock(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
@@ -176,7 +192,7 @@ func (s *Store) begin(ctx context.Context) (time.Time, error) {
 
 // beginWrite is begin followed by the amortized sweep of expired records.
 func (s *Store) beginWrite(ctx context.Context) (time.Time, error) {
-	now, err := s.begin(ctx)
+	now, err := s.lock(ctx)
 	if err == nil {
 		s.sweep(now)
 	}

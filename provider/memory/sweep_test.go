@@ -11,7 +11,7 @@ import (
 )
 
 func TestRetentionSweepsReservationTerminals(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Retention = time.Minute })
+	e := newEnv(t, func(o *Config) { o.ReservationRetention = time.Minute })
 	req := spotRequest("s1", target(nodeA, ownerA))
 	res := e.reserve(req)
 	creq := commitRequest(req, res, "ready")
@@ -40,7 +40,7 @@ func TestRetentionSweepsReservationTerminals(t *testing.T) {
 }
 
 func TestRetentionBoundsGrowth(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Retention = time.Minute })
+	e := newEnv(t, func(o *Config) { o.ReservationRetention = time.Minute })
 	// Many create/delete cycles over ten retention periods: the retained
 	// records stay bounded by what one retention period produces.
 	const perMinute = 300
@@ -66,7 +66,7 @@ func TestRetentionBoundsGrowth(t *testing.T) {
 }
 
 func TestRetentionSweepsAggregates(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Retention = time.Minute })
+	e := newEnv(t, func(o *Config) { o.ReservationRetention = time.Minute })
 	k1, s1 := e.spot("s1")
 	k2, s2 := e.spot("s2")
 	k3, s3 := e.spot("s3")

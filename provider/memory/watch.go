@@ -14,16 +14,16 @@ type watch struct {
 	waiters int
 }
 
-// WaitForChange returns once the row at key is no longer at version seen
+// waitForChange returns once the row at key is no longer at version seen
 // (the zero StoreVersion meaning "absent"), or with ctx's error when ctx
 // ends first. It returns nil at once if the row already changed. It checks
 // the version and registers under the store's lock, so no write after the
 // call begins is missed; it starts no goroutine and polls nothing.
-func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen authority.StoreVersion) error {
+func (s *Store) waitForChange(ctx context.Context, key authority.Key, seen authority.StoreVersion) error {
 	if err := authority.ValidateKey(key); err != nil {
 		return err
 	}
-	if _, err := s.begin(ctx); err != nil {
+	if _, err := s.lock(ctx); err != nil {
 		return err
 	}
 	r := s.row(key)

@@ -9,7 +9,6 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -328,18 +327,12 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	// The Txn is for the members still waiting: it ends early only when all
 	// of them gave up. It carries the values (gRPC metadata, tracing) of the
 	// first member's context.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	defer cancel()
-	waiting := atomic.Int32{}
-	waiting.Store(int32(len(batch)))
-	for _, q := range batch {
-		stop := context.AfterFunc(q.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+	callers := make([]context.Context, len(batch))
+	for i, q := range batch {
+		callers[i] = q.ctx
 	}
+	ctx, release := allEnded(callers)
+	defer release()
 	if len(batch) == 1 {
 		q := batch[0]
 		q.resp, q.err = b.send(ctx, q.t)
@@ -351,7 +344,7 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	// A compare several members make (the liveness of their common owner)
 	// is sent once: etcd evaluates each compare with a read.
 	merged := &txn{}
-	compared := map[string]int{} // key → its response in the Else
+	compared := map[string]bool{} // keys the Else reads
 	sameCmp := map[string]bool{}
 	for _, q := range batch {
 		for i := range q.t.cmps {
@@ -365,8 +358,8 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 			merged.touch(k) // touching an epoch twice is touching it once
 		}
 		for _, k := range q.compares {
-			if _, ok := compared[k]; !ok {
-				compared[k] = len(merged.els)
+			if !compared[k] {
+				compared[k] = true
 				merged.els = append(merged.els, clientv3.OpGet(k, clientv3.WithKeysOnly()))
 			}
 		}
@@ -374,9 +367,14 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	resp, err := b.send(ctx, merged)
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
+	b.s.obs.Metrics().BatchedWrites(len(batch))
 	refused := err != nil && refusedWhole(err)
+	var failed keyedReads
 	if refused || err == nil && !resp.Succeeded {
 		b.fallbacks.Add(1)
+	}
+	if err == nil && !resp.Succeeded {
+		failed = readsOf(resp)
 	}
 	var retry []*queuedTxn
 	off := 0
@@ -391,7 +389,7 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 		case !resp.Succeeded:
 			// Members whose compares held go on batched; the others are
 			// sent alone and decide from their own Else reads.
-			if q.retries < maxBatchRetries && holds(q, resp, compared) {
+			if q.retries < maxBatchRetries && holds(q, failed) {
 				q.retries++
 				retry = append(retry, q)
 				continue
@@ -460,38 +458,22 @@ func (b *writeBatcher) requeue(retry []*queuedTxn) {
 	b.queue = append(head, b.queue...)
 }
 
-// holds reports whether every compare of q holds on the keys read by a
-// failed merged Txn's Else (compared: key → response index).
-func holds(q *queuedTxn, resp *clientv3.TxnResponse, compared map[string]int) bool {
+// holds reports whether every compare of q holds on the keys a failed
+// merged Txn read in its Else (keys only: a compare on a value or a lease is
+// not decided here, and q then decides alone).
+func holds(q *queuedTxn, got keyedReads) bool {
 	for i := range q.t.cmps {
 		c := q.t.cmps[i].GetCompare()
-		var kv *mvccpb.KeyValue
-		if kvs := rangeKvs(resp, compared[string(c.Key)]); len(kvs) > 0 {
-			kv = kvs[0]
-		}
-		var have, want int64
 		switch c.Target {
-		case etcdserverpb.Compare_MOD:
-			have, want = kv.GetModRevision(), c.GetModRevision()
-		case etcdserverpb.Compare_CREATE:
-			have, want = kv.GetCreateRevision(), c.GetCreateRevision()
-		case etcdserverpb.Compare_VERSION:
-			have, want = kv.GetVersion(), c.GetVersion()
+		case etcdserverpb.Compare_MOD, etcdserverpb.Compare_CREATE, etcdserverpb.Compare_VERSION:
 		default:
-			return false // not decidable from keys: let it decide alone
+			return false
 		}
-		var ok bool
-		switch c.Result {
-		case etcdserverpb.Compare_EQUAL:
-			ok = have == want
-		case etcdserverpb.Compare_NOT_EQUAL:
-			ok = have != want
-		case etcdserverpb.Compare_GREATER:
-			ok = have > want
-		case etcdserverpb.Compare_LESS:
-			ok = have < want
+		var kvs []*mvccpbKV
+		if kv := got[string(c.Key)]; kv != nil {
+			kvs = append(kvs, kv)
 		}
-		if !ok {
+		if !cmpHolds(c, kvs) {
 			return false
 		}
 	}

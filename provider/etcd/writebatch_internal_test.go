@@ -187,7 +187,7 @@ func TestBatchHolds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tx := &txn{}
 			tx.cmp(tc.cmp)
-			require.Equal(t, tc.want, holds(&queuedTxn{t: tx}, resp, compared))
+			require.Equal(t, tc.want, holds(&queuedTxn{t: tx}, readsOf(resp)))
 		})
 	}
 }

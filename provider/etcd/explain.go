@@ -1,0 +1,142 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zlink-systems/authority/internal/observe"
+)
+
+// txnFailed maps the error of a Txn the store sent (write: it had writes)
+// and records what an operator needs to see of it.
+func (s *Store) txnFailed(err error, write bool) error {
+	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
+		s.obs.Metrics().NoSpace()
+		s.obs.Logger().Warn("etcd is over its backend quota (NOSPACE alarm): writes are refused until compaction, defrag and alarm disarm")
+	}
+	mapped := mapError(err, write)
+	if errors.Is(mapped, ErrClusterRegressed) {
+		s.obs.Logger().Error("the etcd cluster went back in time or changed: every request is refused until the store is reopened", "error", err)
+	}
+	return mapped
+}
+
+// explainFailure names the compare of t that did not hold, on ctx's span
+// (attribute authority.failed_compare) and in the failed-compare metric. etcd
+// does not say which compare failed, so the store reads every compared key
+// once more and evaluates the compares itself; it spends that round trip only
+// when something will show the answer. The answer is the first compare that
+// fails now, which is the one that failed unless the keys changed again in
+// between.
+func (s *Store) explainFailure(ctx context.Context, t *txn) {
+	if len(t.cmps) == 0 || !s.obs.Explaining(ctx) {
+		return
+	}
+	var gets []clientv3.Op
+	compared := make([]rangeRead, len(t.cmps))
+	for i := range t.cmps {
+		c := t.cmps[i].GetCompare()
+		var opts []clientv3.OpOption
+		if len(c.RangeEnd) > 0 {
+			opts = append(opts, clientv3.WithRange(string(c.RangeEnd)))
+		}
+		gets, compared[i] = addRead(gets, clientv3.OpGet(string(c.Key), opts...))
+	}
+	resp, err := s.read(ctx, gets...)
+	if err != nil {
+		return
+	}
+	for i := range t.cmps {
+		if c := t.cmps[i].GetCompare(); !cmpHolds(c, compared[i].in(resp).Kvs) {
+			s.obs.Refused(ctx, s.keys.compareKind(string(c.Key)))
+			return
+		}
+	}
+}
+
+// cmpHolds evaluates c as etcd does: over every key of its range, a missing
+// key comparing as zero (and a value compare on it failing).
+func cmpHolds(c *pb.Compare, kvs []*mvccpb.KeyValue) bool {
+	if len(kvs) == 0 {
+		if c.Target == pb.Compare_VALUE {
+			return false
+		}
+		kvs = []*mvccpb.KeyValue{{}}
+	}
+	for _, kv := range kvs {
+		if !cmpResult(c.Result, cmpOrder(c, kv)) {
+			return false
+		}
+	}
+	return true
+}
+
+// cmpOrder compares kv's target field with c's operand (-1, 0, 1).
+func cmpOrder(c *pb.Compare, kv *mvccpb.KeyValue) int {
+	var have, want int64
+	switch c.Target {
+	case pb.Compare_VERSION:
+		have, want = kv.Version, c.GetVersion()
+	case pb.Compare_CREATE:
+		have, want = kv.CreateRevision, c.GetCreateRevision()
+	case pb.Compare_MOD:
+		have, want = kv.ModRevision, c.GetModRevision()
+	case pb.Compare_LEASE:
+		have, want = kv.Lease, c.GetLease()
+	case pb.Compare_VALUE:
+		return bytes.Compare(kv.Value, c.GetValue())
+	}
+	switch {
+	case have < want:
+		return -1
+	case have > want:
+		return 1
+	}
+	return 0
+}
+
+func cmpResult(r pb.Compare_CompareResult, order int) bool {
+	switch r {
+	case pb.Compare_EQUAL:
+		return order == 0
+	case pb.Compare_GREATER:
+		return order > 0
+	case pb.Compare_LESS:
+		return order < 0
+	case pb.Compare_NOT_EQUAL:
+		return order != 0
+	}
+	return false
+}
+
+// compareKind names what a compare on key guards, by the key's layout
+// segment.
+func (l layout) compareKind(key string) observe.Compare {
+	segment, _, _ := strings.Cut(strings.TrimPrefix(key, l.ns), "/")
+	switch segment {
+	case "owners", "owner-gens":
+		return observe.CompareOwnerLease
+	case "capacity", "capacity-epochs":
+		return observe.CompareCapacityEpoch
+	case "aggregates":
+		return observe.CompareAggregateRecord
+	case "reservations", "terminals":
+		return observe.CompareReservation
+	}
+	return observe.CompareRowVersion
+}
+
+// retrying counts attempt (from 0) of op's optimistic loop as a retry when
+// it is not the first.
+func (s *Store) retrying(op observe.Operation, attempt int) {
+	if attempt > 0 {
+		s.obs.Metrics().Retry(op)
+	}
+}
