@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +10,6 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 )
 
 // benchView is bench's result.
@@ -141,12 +138,6 @@ func (b *benchRun) progress(ctx context.Context, name string, start time.Time, o
 			}
 		}
 	}
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // render prints the result.
