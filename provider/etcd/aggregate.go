@@ -33,134 +33,194 @@ func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePre
 	if err := s.checkAggregateFits(&req, 0); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
-	fence := req.Fence()
-	aggKey := s.keys.aggregate(fence)
-	target := req.TargetAllocation()
-	liveKey := s.keys.liveness(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
-	conflict := authority.PrepareAggregateResult{Kind: authority.KindConflict}
-	fullRange := false
+	p := &aggregatePrepare{s: s, req: &req, fence: req.Fence(), target: req.TargetAllocation(),
+		liveKey: s.keys.liveness(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)}
+	p.aggKey = s.keys.aggregate(p.fence)
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		s.retrying(observe.OpPrepareAggregate, attempt)
-		policy := s.capacityPolicy()
-		gets := make([]clientv3.Op, len(req.Participants))
-		for i, p := range req.Participants {
-			gets[i] = opGet(s.keys.row(p.AuthorityKey))
+		out, err := p.attempt(ctx)
+		if err != nil || out != nil {
+			return derefPrepare(out), err
 		}
-		reads := []clientv3.Op{opGet(aggKey), opGet(liveKey)}
-		var ur usageRead
-		if policy != nil {
-			reads, ur = s.addUsageReads(reads, target.Descriptor, target.DescriptorLifecycleGeneration, fullRange)
-		}
-		resp, got, err := s.readWithRows(ctx, reads, gets)
-		if err != nil {
-			return authority.PrepareAggregateResult{}, err
-		}
-		var expiredRev int64 // an expired record is as good as none
-		if kv := got[aggKey]; kv != nil {
-			rec, err := decodeAggregate(kv)
-			if err != nil {
-				return authority.PrepareAggregateResult{}, err
-			}
-			if s.aggregateLive(rec) {
-				switch {
-				case rec.State == aggregatePrepared && rec.Request.Equal(&req):
-					return authority.PrepareAggregateResult{Kind: authority.KindAlreadyPrepared, Fence: fence}, nil
-				case rec.State == aggregateCommitted:
-					return authority.PrepareAggregateResult{Kind: authority.KindStale}, nil
-				}
-				return conflict, nil
-			}
-			expiredRev = kv.ModRevision
-		}
-		if got[liveKey] == nil {
-			return conflict, nil
-		}
-		t := &txn{}
-		t.cmp(modRevIs(aggKey, expiredRev))
-		t.orGet(aggKey) // the record decides first: read it on failure
-		t.cmp(s.liveCmp(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner))
-		if policy != nil {
-			u, epoch, ok, err := s.usageAt(ctx, resp, ur)
-			if err != nil {
-				return authority.PrepareAggregateResult{}, err
-			}
-			if !ok {
-				fullRange = true // the watched usage is not that of the read
-				continue
-			}
-			if !fits(policy, target, u) {
-				return conflict, nil
-			}
-			s.fenceCapacity(t, target.Descriptor, target.DescriptorLifecycleGeneration, epoch)
-		}
-		source := authority.CapacityVector{}
-		liveSeen := map[string]bool{}
-		left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
-		for _, p := range req.Participants {
-			r, err := s.rowIn(got, p.AuthorityKey)
-			if err != nil {
-				return authority.PrepareAggregateResult{}, err
-			}
-			if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != p.ExpectedStoreVersion {
-				return conflict, nil
-			}
-			t.cmp(modRevIs(s.keys.row(p.AuthorityKey), r.modRev))
-			if p.OwnerTransition == authority.TransitionPreserve {
-				// the owner must be live: fenced in the Txn, read on failure
-				lk := s.keys.liveness(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
-				if !liveSeen[lk] {
-					liveSeen[lk] = true
-					t.cmp(s.rowOwnerLive(r))
-					t.orGet(lk, clientv3.WithKeysOnly())
-				}
-				continue
-			}
-			if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
-				// two Spot types among the newOwner rows: AddCapacity
-				// refuses them; nothing is written
-				return authority.PrepareAggregateResult{}, err
-			}
-			if r.alloc.Descriptor != target.Descriptor || r.alloc.DescriptorLifecycleGeneration != target.DescriptorLifecycleGeneration {
-				left[s.keys.capacityEpoch(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration)] = true
-			}
-		}
-		// the commit touches one more epoch per node left: refuse now what
-		// it could not send
-		if err := s.checkAggregateFits(&req, len(left)); err != nil {
-			return authority.PrepareAggregateResult{}, err
-		}
-		if !source.Equal(req.Capacity) {
-			return conflict, nil
-		}
-		t.put(aggKey, (&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}).encode())
-		reserved := target
-		reserved.State = authority.AllocationReserved
-		t.put(s.keys.capacityAggregate(reserved, fence), capacityValue(reserved.State, req.Capacity))
-		s.touchCapacity(t, reserved)
-		tresp, err := s.sendWrite(ctx, t, "the aggregate prepare")
-		if err != nil {
-			return authority.PrepareAggregateResult{}, err
-		}
-		if tresp.Succeeded {
-			s.aggs.put(aggKey, knownAggregate{&aggregateRecord{State: aggregatePrepared, Request: *req.Clone()}, tresp.Header.Revision}, true)
-			return authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: fence}, nil
-		}
-		failed := readsOf(tresp)
-		if recordRev(failed[aggKey]) != expiredRev {
-			// the record was written (or its expired one removed) since
-			// the read: it decides before any liveness, as the contract reads
-			// it first
-			continue
-		}
-		for lk := range liveSeen {
-			if failed[lk] == nil {
-				return conflict, nil // a preserve participant's owner is not live
-			}
-		}
-		// a row, the record, the target's liveness or its capacity changed
-		// since the read: evaluate again.
 	}
 	return authority.PrepareAggregateResult{}, authority.Wrap(authority.ErrUnavailable, "prepareAggregate gave up after repeated contention", errContention)
+}
+
+func derefPrepare(r *authority.PrepareAggregateResult) authority.PrepareAggregateResult {
+	if r == nil {
+		return authority.PrepareAggregateResult{}
+	}
+	return *r
+}
+
+// aggregatePrepare is one PrepareAggregate: its request and what its
+// attempts share.
+type aggregatePrepare struct {
+	s               *Store
+	req             *authority.AggregatePrepareRequest
+	fence           authority.Fence
+	target          authority.PlacementAllocation
+	aggKey, liveKey string
+	fullRange       bool // read the target's capacity range, watched or not
+}
+
+// preparedTxn is an attempt's Txn and what its failure is judged by.
+type preparedTxn struct {
+	t          *txn
+	expiredRev int64           // the expired record it replaces (0: none)
+	liveSeen   map[string]bool // the preserve participants' owners' liveness keys
+}
+
+func (p *aggregatePrepare) conflict() *authority.PrepareAggregateResult {
+	return &authority.PrepareAggregateResult{Kind: authority.KindConflict}
+}
+
+// attempt reads, decides and sends once; a nil result and error means
+// "evaluate again".
+func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggregateResult, error) {
+	s := p.s
+	policy := s.capacityPolicy()
+	gets := make([]clientv3.Op, len(p.req.Participants))
+	for i, part := range p.req.Participants {
+		gets[i] = opGet(s.keys.row(part.AuthorityKey))
+	}
+	first := []clientv3.Op{opGet(p.aggKey), opGet(p.liveKey)}
+	var ur usageRead
+	if policy != nil {
+		first, ur = s.addUsageReads(first, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, p.fullRange)
+	}
+	resp, got, err := s.readWithRows(ctx, first, gets)
+	if err != nil {
+		return nil, err
+	}
+	pt := preparedTxn{t: &txn{}, liveSeen: map[string]bool{}}
+	if out, err := p.recordDecides(got, &pt); err != nil || out != nil {
+		return out, err
+	}
+	if got[p.liveKey] == nil {
+		return p.conflict(), nil
+	}
+	pt.t.cmp(modRevIs(p.aggKey, pt.expiredRev))
+	pt.t.orGet(p.aggKey) // the record decides first: read it on failure
+	pt.t.cmp(s.liveCmp(p.req.TargetDescriptor, p.req.TargetDescriptorLifecycleGeneration, p.req.TargetOwner))
+	if policy != nil {
+		u, epoch, ok, err := s.usageAt(ctx, resp, ur)
+		if err != nil || !ok {
+			p.fullRange = err == nil // the watched usage is not that of the read
+			return nil, err
+		}
+		if !fits(policy, p.target, u) {
+			return p.conflict(), nil
+		}
+		s.fenceCapacity(pt.t, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, epoch)
+	}
+	if out, err := p.addParticipants(got, &pt); err != nil || out != nil {
+		return out, err
+	}
+	return p.send(ctx, pt)
+}
+
+// recordDecides answers from a live record already at the fence, or notes
+// the expired one the prepare replaces.
+func (p *aggregatePrepare) recordDecides(got keyedReads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
+	kv := got[p.aggKey]
+	if kv == nil {
+		return nil, nil
+	}
+	rec, err := decodeAggregate(kv)
+	if err != nil {
+		return nil, err
+	}
+	if !p.s.aggregateLive(rec) {
+		pt.expiredRev = kv.ModRevision // an expired record is as good as none
+		return nil, nil
+	}
+	switch {
+	case rec.State == aggregatePrepared && rec.Request.Equal(p.req):
+		return &authority.PrepareAggregateResult{Kind: authority.KindAlreadyPrepared, Fence: p.fence}, nil
+	case rec.State == aggregateCommitted:
+		return &authority.PrepareAggregateResult{Kind: authority.KindStale}, nil
+	}
+	return p.conflict(), nil
+}
+
+// addParticipants fences every participant's row (and a preserve
+// participant's owner's liveness) and writes the prepared record and the
+// target's reserved capacity.
+func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
+	s, t := p.s, pt.t
+	source := authority.CapacityVector{}
+	left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
+	for _, part := range p.req.Participants {
+		r, err := s.rowIn(got, part.AuthorityKey)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != part.ExpectedStoreVersion {
+			return p.conflict(), nil
+		}
+		t.cmp(modRevIs(s.keys.row(part.AuthorityKey), r.modRev))
+		if part.OwnerTransition == authority.TransitionPreserve {
+			// the owner must be live: fenced in the Txn, read on failure
+			lk := s.keys.liveness(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
+			if !pt.liveSeen[lk] {
+				pt.liveSeen[lk] = true
+				t.cmp(s.rowOwnerLive(r))
+				t.orGet(lk, clientv3.WithKeysOnly())
+			}
+			continue
+		}
+		if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
+			// two Spot types among the newOwner rows: AddCapacity refuses
+			// them; nothing is written
+			return nil, err
+		}
+		if r.alloc.Descriptor != p.target.Descriptor || r.alloc.DescriptorLifecycleGeneration != p.target.DescriptorLifecycleGeneration {
+			left[s.keys.capacityEpoch(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration)] = true
+		}
+	}
+	// the commit touches one more epoch per node left: refuse now what it
+	// could not send
+	if err := s.checkAggregateFits(p.req, len(left)); err != nil {
+		return nil, err
+	}
+	if !source.Equal(p.req.Capacity) {
+		return p.conflict(), nil
+	}
+	t.put(p.aggKey, (&aggregateRecord{State: aggregatePrepared, Request: *p.req.Clone()}).encode())
+	reserved := p.target
+	reserved.State = authority.AllocationReserved
+	t.put(s.keys.capacityAggregate(reserved, p.fence), capacityValue(reserved.State, p.req.Capacity))
+	s.touchCapacity(t, reserved)
+	return nil, nil
+}
+
+// send sends the prepare and classifies a failed one from its Else reads.
+func (p *aggregatePrepare) send(ctx context.Context, pt preparedTxn) (*authority.PrepareAggregateResult, error) {
+	s := p.s
+	tresp, err := s.sendWrite(ctx, pt.t, "the aggregate prepare")
+	if err != nil {
+		return nil, err
+	}
+	if tresp.Succeeded {
+		s.aggs.put(p.aggKey, knownAggregate{&aggregateRecord{State: aggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
+		return &authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: p.fence}, nil
+	}
+	failed := readsOf(tresp)
+	if recordRev(failed[p.aggKey]) != pt.expiredRev {
+		// the record was written (or its expired one removed) since the
+		// read: it decides before any liveness, as the contract reads it
+		// first
+		return nil, nil
+	}
+	for lk := range pt.liveSeen {
+		if failed[lk] == nil {
+			return p.conflict(), nil // a preserve participant's owner is not live
+		}
+	}
+	// a row, the record, the target's liveness or its capacity changed since
+	// the read: evaluate again
+	return nil, nil
 }
 
 // recordRev is the ModRevision of a read record kv (0: none).
@@ -334,47 +394,88 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	default:
 		return stale, nil
 	}
+	rows, fresh, err := s.commitRows(ctx, aggKey, rec, rev, known)
+	if err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	if fresh != nil { // another store changed the record: it decides
+		return s.commitAggregate(ctx, aggKey, fresh.rec, fresh.rev, false)
+	}
+	t, next := s.buildAggregateCommit(aggKey, rec, rev, rows)
+	if t == nil {
+		return stale, nil
+	}
+	done, ttl := s.finished(rec, aggregateCommitted)
+	tresp, err := s.sendFinished(ctx, t, aggKey, done, ttl, "the aggregate commit")
+	if err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	if !tresp.Succeeded {
+		return s.aggregateCommitFailed(ctx, aggKey, tresp, rev, known)
+	}
+	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
+	for _, n := range next {
+		n.modRev = tresp.Header.Revision
+		if n.ownerGen == 0 {
+			n.ownerGen = tresp.Header.Revision
+		}
+		s.remember(n)
+	}
+	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
+}
+
+// commitRows returns the participants' rows at their expected versions,
+// from the cache or one read. A remembered record (known) is read with the
+// rows, since another store may have committed or aborted it: when it
+// changed, fresh is the record now in etcd and rows are nil.
+func (s *Store) commitRows(ctx context.Context, aggKey string, rec *aggregateRecord, rev int64, known bool) (rows []*row, fresh *knownAggregate, err error) {
 	req := &rec.Request
-	// the participants' rows at their expected versions, from the cache or
-	// one read
-	rows := make([]*row, len(req.Participants))
+	rows = make([]*row, len(req.Participants))
 	var missing []int
 	for i, p := range req.Participants {
 		if rows[i] = s.cachedRow(p.AuthorityKey, p.ExpectedStoreVersion); rows[i] == nil {
 			missing = append(missing, i)
 		}
 	}
-	if len(missing) > 0 {
-		ops := make([]clientv3.Op, len(missing), len(missing)+1)
-		for j, i := range missing {
-			ops[j] = opGet(s.keys.row(req.Participants[i].AuthorityKey))
-		}
-		if known {
-			// the rows are read anyway: read the record with them, since
-			// another store may have committed or aborted it (the rows would
-			// then no longer match, and the answer is the record's)
-			ops = append(ops, opGet(aggKey))
-		}
-		rresp, err := s.read(ctx, ops...)
+	if len(missing) == 0 {
+		return rows, nil, nil
+	}
+	ops := make([]clientv3.Op, len(missing), len(missing)+1)
+	for j, i := range missing {
+		ops[j] = opGet(s.keys.row(req.Participants[i].AuthorityKey))
+	}
+	if known {
+		ops = append(ops, opGet(aggKey))
+	}
+	rresp, err := s.read(ctx, ops...)
+	if err != nil {
+		return nil, nil, err
+	}
+	got := readsOf(rresp)
+	if known {
+		cur, curRev, err := s.seenAggregate(aggKey, got[aggKey])
 		if err != nil {
-			return authority.CommitAggregateResult{}, err
+			return nil, nil, err
 		}
-		got := readsOf(rresp)
-		if known {
-			fresh, freshRev, err := s.seenAggregate(aggKey, got[aggKey])
-			if err != nil {
-				return authority.CommitAggregateResult{}, err
-			}
-			if freshRev != rev {
-				return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
-			}
-		}
-		for _, i := range missing {
-			if rows[i], err = s.rowIn(got, req.Participants[i].AuthorityKey); err != nil {
-				return authority.CommitAggregateResult{}, err
-			}
+		if curRev != rev {
+			return nil, &knownAggregate{cur, curRev}, nil
 		}
 	}
+	for _, i := range missing {
+		if rows[i], err = s.rowIn(got, req.Participants[i].AuthorityKey); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rows, nil, nil
+}
+
+// buildAggregateCommit builds the commit of rec at rev over rows: every row
+// fenced on its version and every owner involved on its liveness, each row
+// rewritten (a newOwner row moved to the target, with its capacity entry
+// and owner index). It returns nil when a row is not as prepared (stale),
+// and the rows as written (their revision is the Txn's).
+func (s *Store) buildAggregateCommit(aggKey string, rec *aggregateRecord, rev int64, rows []*row) (*txn, []*row) {
+	req := &rec.Request
 	t := &txn{}
 	t.cmp(modRevIs(aggKey, rev))
 	liveSeen := map[string]bool{}
@@ -388,7 +489,7 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	for i, p := range req.Participants {
 		r := rows[i]
 		if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != p.ExpectedStoreVersion {
-			return stale, nil
+			return nil, nil
 		}
 		rowKey := s.keys.row(p.AuthorityKey)
 		t.cmp(modRevIs(rowKey, r.modRev))
@@ -401,55 +502,50 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 			continue
 		}
 		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
-		n.owner = req.TargetOwner
-		n.alloc = r.alloc.Clone()
-		n.alloc.Descriptor = req.TargetDescriptor
-		n.alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-		n.ownerGen = 0 // resolved to this write's revision
-		t.put(rowKey, n.encode(true))
-		if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
-			t.del(oldCap)
-			t.put(newCap, capacityValue(n.alloc.State, n.alloc.Capacity))
-			s.touchCapacity(t, r.alloc)
-			s.touchCapacity(t, n.alloc)
-		}
-		if oldIdx, newIdx := s.keys.ownerRow(r.owner, r.key), s.keys.ownerRow(n.owner, r.key); oldIdx != newIdx {
-			t.del(oldIdx)
-			t.put(newIdx, "")
-		}
+		s.moveToTarget(t, req, rowKey, r, n)
 	}
-	done, ttl := s.finished(rec, aggregateCommitted)
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.del(s.keys.capacityAggregate(reserved, req.Fence()))
 	s.touchCapacity(t, reserved)
-	tresp, err := s.sendFinished(ctx, t, aggKey, done, ttl, "the aggregate commit")
-	if err != nil {
+	return t, next
+}
+
+// moveToTarget writes n, the row r at rowKey moved to req's target owner and node: the
+// row, its capacity entry and its owner index entry.
+func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *row) {
+	n.owner = req.TargetOwner
+	n.alloc = r.alloc.Clone()
+	n.alloc.Descriptor = req.TargetDescriptor
+	n.alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
+	n.ownerGen = 0 // resolved to this write's revision
+	t.put(rowKey, n.encode(true))
+	if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
+		t.del(oldCap)
+		t.put(newCap, capacityValue(n.alloc.State, n.alloc.Capacity))
+		s.touchCapacity(t, r.alloc)
+		s.touchCapacity(t, n.alloc)
+	}
+	if oldIdx, newIdx := s.keys.ownerRow(r.owner, r.key), s.keys.ownerRow(n.owner, r.key); oldIdx != newIdx {
+		t.del(oldIdx)
+		t.put(newIdx, "")
+	}
+}
+
+// aggregateCommitFailed answers a commit whose Txn failed: the record now
+// in etcd decides, not the one this store remembered (another store may
+// have aborted it and prepared the fence anew).
+func (s *Store) aggregateCommitFailed(ctx context.Context, aggKey string, tresp *clientv3.TxnResponse, rev int64, known bool) (authority.CommitAggregateResult, error) {
+	fresh, freshRev, err := s.seenAggregate(aggKey, readsOf(tresp)[aggKey])
+	switch {
+	case err != nil:
 		return authority.CommitAggregateResult{}, err
+	case fresh != nil && fresh.State == aggregateCommitted:
+		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
+	case known && fresh != nil && freshRev != rev:
+		return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
 	}
-	if !tresp.Succeeded {
-		// the record now in etcd decides, not the one this store remembered
-		// (another store may have aborted it and prepared the fence anew)
-		fresh, freshRev, err := s.seenAggregate(aggKey, readsOf(tresp)[aggKey])
-		switch {
-		case err != nil:
-			return authority.CommitAggregateResult{}, err
-		case fresh != nil && fresh.State == aggregateCommitted:
-			return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
-		case known && fresh != nil && freshRev != rev:
-			return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
-		}
-		return stale, nil
-	}
-	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
-	for _, n := range next {
-		n.modRev = tresp.Header.Revision
-		if n.ownerGen == 0 {
-			n.ownerGen = tresp.Header.Revision
-		}
-		s.remember(n)
-	}
-	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
+	return authority.CommitAggregateResult{Kind: authority.KindStale}, nil
 }
 
 // abortPrepared releases a prepared aggregate's capacity.

@@ -223,43 +223,8 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 	if err := s.begin(ctx); err != nil {
 		return authority.CompleteCreationResult{}, err
 	}
-	rowKey, resKey, termKey := s.keys.row(key), s.keys.reservation(req.ReservationID), s.keys.terminal(record.Operation)
-	// decide evaluates the contract's checks, in the contract's order, on (row, reservation terminal,
-	// creation terminal, target liveness) read together; it returns the
-	// outcome, or the row and the ModRevision of an expired creation terminal
-	// to overwrite when the completion can apply.
-	decide := func(resp *clientv3.TxnResponse, liveKey string) (*row, int64, *authority.CompleteCreationResult, error) {
-		got, now := readsOf(resp), s.clock.Now()
-		var termRev int64
-		if kv := got[termKey]; kv != nil {
-			existing, err := decodeTerminal(kv)
-			if err != nil {
-				return nil, 0, nil, err
-			}
-			if existing.ExpiresAt.After(now) {
-				return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: existing}, nil
-			}
-			termRev = kv.ModRevision
-		}
-		state, err := s.reservationState(got[resKey])
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		if state != "" && state != reservationAborted {
-			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
-		}
-		cur, err := s.rowIn(got, key)
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		// liveKey ("": not read) is the owner's liveness, read by the Txn
-		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) ||
-			(liveKey != "" && got[liveKey] == nil) {
-			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
-		}
-		return cur, termRev, nil, nil
-	}
-	var liveKey string
+	c := &creationCompletion{s: s, req: &req, key: key, record: record,
+		rowKey: s.keys.row(key), resKey: s.keys.reservation(req.ReservationID), termKey: s.keys.terminal(record.Operation)}
 	cur := s.cachedRow(key, req.ExpectedStoreVersion)
 	var termRev int64
 	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
@@ -268,75 +233,130 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		s.retrying(observe.OpCompleteCreation, attempt)
 		if cur == nil {
-			resp, err := s.read(ctx, opGet(rowKey), opGet(resKey), opGet(termKey))
+			resp, err := s.read(ctx, opGet(c.rowKey), opGet(c.resKey), opGet(c.termKey))
 			if err != nil {
 				return authority.CompleteCreationResult{}, err
 			}
-			c, rev, out, err := decide(resp, "")
+			r, rev, out, err := c.decide(resp, "")
 			if err != nil || out != nil {
 				return derefComplete(out), err
 			}
-			cur, termRev = c, rev
+			cur, termRev = r, rev
 		}
-		liveKey = s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
-		_, resTTL := s.reservationRecord("")
-		// the reads took time: the terminal must still be live when the
-		// write is built (ValidateTerminalExpiry), not only when validated
-		now := s.clock.Now()
-		if err := authority.ValidateTerminalExpiry(record.ExpiresAt, now); err != nil {
-			return authority.CompleteCreationResult{}, err
+		out, resp, err := c.send(ctx, cur, termRev)
+		if err != nil || out != nil {
+			return derefComplete(out), err
 		}
-		termTTL := record.ExpiresAt.Sub(now)
-		var resp *clientv3.TxnResponse
-		var next *row
-		err := s.leases.withLeases(ctx, []time.Duration{resTTL, termTTL}, func(ids []clientv3.LeaseID) error {
-			// granting the leases took time too
-			if err := authority.ValidateTerminalExpiry(record.ExpiresAt, s.clock.Now()); err != nil {
-				return err
-			}
-			t := &txn{}
-			t.cmp(modRevIs(rowKey, cur.modRev))
-			t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))
-			t.cmp(modRevIs(termKey, termRev))
-			var state string
-			if req.Completion.Kind == authority.TerminalCreated {
-				next = s.activate(t, cur, req.Completion.ReadyPayload)
-				state = reservationCommitted
-			} else {
-				s.dropReserved(t, cur)
-				state = string(req.Completion.Kind)
-			}
-			rec, _ := s.reservationRecord(state)
-			t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
-			t.put(termKey, encodeTerminal(record), clientv3.WithLease(ids[1]))
-			t.orGet(rowKey)
-			t.orGet(resKey)
-			t.orGet(termKey)
-			t.orGet(liveKey)
-			var err error
-			resp, err = s.sendWrite(ctx, t, "the creation completion")
-			return err
-		})
-		if err != nil {
-			return authority.CompleteCreationResult{}, err
-		}
-		if resp.Succeeded {
-			out := authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind), Terminal: record.Clone()}
-			if next != nil {
-				next.modRev = resp.Header.Revision
-				s.remember(next)
-				out.Ready = next.snapshot(s.clock.Now())
-			}
-			return out, nil
-		}
-		c, rev, out, err := decide(resp, liveKey)
+		liveKey := s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
+		r, rev, out, err := c.decide(resp, liveKey)
 		if err != nil || out != nil {
 			return derefComplete(out), err
 		}
 		// everything matched but the creation terminal changed under us
-		cur, termRev = c, rev
+		cur, termRev = r, rev
 	}
 	return authority.CompleteCreationResult{}, authority.Wrap(authority.ErrUnavailable, "completeCreation gave up after repeated contention", errContention)
+}
+
+// creationCompletion is one CompleteCreation: its request, the terminal it
+// publishes and the keys it reads and writes.
+type creationCompletion struct {
+	s                       *Store
+	req                     *authority.CompleteCreationRequest
+	key                     authority.Key
+	record                  *authority.TerminalRecord
+	rowKey, resKey, termKey string
+}
+
+// decide evaluates the contract's checks, in the contract's order, on (row,
+// reservation terminal, creation terminal, target liveness) read together
+// (liveKey: the owner's liveness key when the Txn read it, else ""); it
+// returns the outcome, or the row and the ModRevision of an expired creation
+// terminal to overwrite when the completion can apply.
+func (c *creationCompletion) decide(resp *clientv3.TxnResponse, liveKey string) (*row, int64, *authority.CompleteCreationResult, error) {
+	s, req := c.s, c.req
+	got, now := readsOf(resp), s.clock.Now()
+	var termRev int64
+	if kv := got[c.termKey]; kv != nil {
+		existing, err := decodeTerminal(kv)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		if existing.ExpiresAt.After(now) {
+			return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindAlreadyCompleted, Terminal: existing}, nil
+		}
+		termRev = kv.ModRevision
+	}
+	state, err := s.reservationState(got[c.resKey])
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if state != "" && state != reservationAborted {
+		return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+	}
+	cur, err := s.rowIn(got, c.key)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) ||
+		(liveKey != "" && got[liveKey] == nil) {
+		return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
+	}
+	return cur, termRev, nil, nil
+}
+
+// send writes the completion of the reserved row cur over the creation
+// terminal at termRev (0: none), with leases for the reservation and
+// creation terminals; it returns the outcome when the Txn applied, else the
+// failed Txn's response (its Else reads the row, both terminals and the
+// owner's liveness).
+func (c *creationCompletion) send(ctx context.Context, cur *row, termRev int64) (*authority.CompleteCreationResult, *clientv3.TxnResponse, error) {
+	s, req, record := c.s, c.req, c.record
+	liveKey := s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
+	_, resTTL := s.reservationRecord("")
+	// the reads took time: the terminal must still be live when the write is
+	// built (ValidateTerminalExpiry), not only when validated
+	now := s.clock.Now()
+	if err := authority.ValidateTerminalExpiry(record.ExpiresAt, now); err != nil {
+		return nil, nil, err
+	}
+	var resp *clientv3.TxnResponse
+	var next *row
+	err := s.leases.withLeases(ctx, []time.Duration{resTTL, record.ExpiresAt.Sub(now)}, func(ids []clientv3.LeaseID) error {
+		// granting the leases took time too
+		if err := authority.ValidateTerminalExpiry(record.ExpiresAt, s.clock.Now()); err != nil {
+			return err
+		}
+		t := &txn{}
+		t.cmp(modRevIs(c.rowKey, cur.modRev))
+		t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))
+		t.cmp(modRevIs(c.termKey, termRev))
+		state := string(req.Completion.Kind)
+		if req.Completion.Kind == authority.TerminalCreated {
+			next, state = s.activate(t, cur, req.Completion.ReadyPayload), reservationCommitted
+		} else {
+			s.dropReserved(t, cur)
+		}
+		rec, _ := s.reservationRecord(state)
+		t.put(c.resKey, rec.encode(), clientv3.WithLease(ids[0]))
+		t.put(c.termKey, encodeTerminal(record), clientv3.WithLease(ids[1]))
+		for _, k := range []string{c.rowKey, c.resKey, c.termKey, liveKey} {
+			t.orGet(k)
+		}
+		var err error
+		resp, err = s.sendWrite(ctx, t, "the creation completion")
+		return err
+	})
+	if err != nil || !resp.Succeeded {
+		return nil, resp, err
+	}
+	out := authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind), Terminal: record.Clone()}
+	if next != nil {
+		next.modRev = resp.Header.Revision
+		s.remember(next)
+		out.Ready = next.snapshot(s.clock.Now())
+	}
+	return &out, nil, nil
 }
 
 func derefComplete(r *authority.CompleteCreationResult) authority.CompleteCreationResult {

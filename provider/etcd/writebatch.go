@@ -339,10 +339,21 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 		close(q.done)
 		return
 	}
-	// The Else reads every compared key (keys only): when the Txn fails,
-	// the members whose compares all held are known, at the same revision.
-	// A compare several members make (the liveness of their common owner)
-	// is sent once: etcd evaluates each compare with a read.
+	resp, err := b.send(ctx, mergeBatch(batch))
+	b.batches.Add(1)
+	b.batched.Add(int64(len(batch)))
+	b.s.obs.Metrics().BatchedWrites(len(batch))
+	if retry := b.settle(batch, resp, err); len(retry) > 0 {
+		b.requeue(retry)
+	}
+}
+
+// mergeBatch builds the one Txn of a batch: every member's compares and
+// writes. The Else reads every compared key (keys only): when the Txn fails,
+// the members whose compares all held are known, at the same revision. A
+// compare several members make (the liveness of their common owner) is sent
+// once: etcd evaluates each compare with a read.
+func mergeBatch(batch []*queuedTxn) *txn {
 	merged := &txn{}
 	compared := map[string]bool{} // keys the Else reads
 	sameCmp := map[string]bool{}
@@ -364,10 +375,12 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 			}
 		}
 	}
-	resp, err := b.send(ctx, merged)
-	b.batches.Add(1)
-	b.batched.Add(int64(len(batch)))
-	b.s.obs.Metrics().BatchedWrites(len(batch))
+	return merged
+}
+
+// settle gives each member of a sent batch its outcome and returns the
+// members to send batched again.
+func (b *writeBatcher) settle(batch []*queuedTxn, resp *clientv3.TxnResponse, err error) []*queuedTxn {
 	refused := err != nil && refusedWhole(err)
 	var failed keyedReads
 	if refused || err == nil && !resp.Succeeded {
@@ -377,7 +390,7 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 		failed = readsOf(resp)
 	}
 	var retry []*queuedTxn
-	off := 0
+	off := 0 // where the next member's write responses start
 	for _, q := range batch {
 		switch {
 		case refused:
@@ -406,9 +419,7 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 		}
 		close(q.done)
 	}
-	if len(retry) > 0 {
-		b.requeue(retry)
-	}
+	return retry
 }
 
 // cmpID identifies a compare: its key, target, operator and operand.

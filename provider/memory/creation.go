@@ -50,16 +50,50 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	if err := ctx.Err(); err != nil {
 		return authority.ReserveResult{}, err
 	}
-	// What the new row and its copy need that does not depend on the
-	// store's state is made before the lock is taken: one allocation for
-	// the row, its shared parts and (when it fits) the payload; one for
-	// the reservation, its ID and (when it fits) the request digest, which
-	// are garbage once the row is committed; one for the copy returned.
-	// When the row is not made they are garbage.
-	b, p := new(rowBlock), new(reservationPart)
-	room := roomFor(true, len(req.CreatingPayload)+len(req.Intent.RequestSHA256))
-	target := req.Target
-	r, m := &b.row, &b.meta
+	nr := newReservedRow(key, req)
+	now, err := s.beginWrite(ctx)
+	if err != nil {
+		return authority.ReserveResult{}, err
+	}
+	defer s.mu.Unlock()
+	if refused, ok := s.reserveRefused(key, req, &nr.alloc, now); ok {
+		return refused, nil
+	}
+	s.storeVersion++
+	s.objectGeneration++
+	s.ownerGeneration++
+	r, m, p := &nr.b.row, &nr.b.meta, nr.p
+	seq, lo := s.reservations.open(nr.hi)
+	encodeIDLow(&p.idText, lo)
+	r.version = s.storeVersion
+	r.snap.ObjectGeneration = s.objectGeneration
+	r.snap.AuthorityOwnerGeneration = s.ownerGeneration
+	p.creation = creation{seq: seq, reservationID: nr.id, target: req.Target}
+	s.initAllocation(r, m, nr.alloc)
+	s.putRow(r)
+	s.adjust(countPending, m.entries(), 1)
+	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: nr.id, Creating: r.snapshotIn(nr.room, now)}, nil
+}
+
+// unstoredReservation is a reserved row made before the store's lock is taken:
+// what the new row and its copy need that does not depend on the store's
+// state. One allocation for the row, its shared parts and (when it fits) the
+// payload; one for the reservation, its ID and (when it fits) the request
+// digest, which are garbage once the row is committed; one for the copy
+// returned. When the row is not stored they are garbage.
+type unstoredReservation struct {
+	b     *rowBlock
+	p     *reservationPart
+	room  exportRoom
+	hi    uint64 // the high half of the reservation ID
+	id    string // the reservation ID (its low half is written when stored)
+	alloc authority.PlacementAllocation
+}
+
+func newReservedRow(key authority.Key, req authority.ReserveRequest) unstoredReservation {
+	nr := unstoredReservation{b: new(rowBlock), p: new(reservationPart),
+		room: roomFor(true, len(req.CreatingPayload)+len(req.Intent.RequestSHA256))}
+	target, r, m, p := req.Target, &nr.b.row, &nr.b.meta, nr.p
 	m.reservation = p
 	r.key = key
 	r.snap = authority.Snapshot{
@@ -68,18 +102,18 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	}
 	// The payload's capacity runs to the end of the buffer: a rewrite in
 	// place (commit) can reuse it.
-	if c := req.CreatingPayload; c != nil && len(c) <= len(b.inline) {
-		r.snap.Payload = b.inline[:copy(b.inline[:], c)]
+	if c := req.CreatingPayload; c != nil && len(c) <= len(nr.b.inline) {
+		r.snap.Payload = nr.b.inline[:copy(nr.b.inline[:], c)]
 	} else if c != nil {
 		r.snap.Payload = bytes.Clone(c)
 	}
-	hi := reservationRandom()
-	encodeIDHigh(&p.idText, hi)
+	nr.hi = reservationRandom()
+	encodeIDHigh(&p.idText, nr.hi)
 	// The ID's text is complete before the row is stored, and never
 	// written again: a string can share it.
-	reservationID := unsafe.String(&p.idText[0], len(p.idText))
+	nr.id = unsafe.String(&p.idText[0], len(p.idText))
 	p.pending = authority.PendingCreation{
-		ReservationID:           reservationID,
+		ReservationID:           nr.id,
 		RequestContentReference: req.Intent.RequestContentReference,
 		RequestEncodedSize:      req.Intent.RequestEncodedSize,
 	}
@@ -89,7 +123,7 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		p.pending.RequestSHA256 = bytes.Clone(d)
 	}
 	r.snap.PendingCreation = &p.pending
-	alloc := authority.PlacementAllocation{
+	nr.alloc = authority.PlacementAllocation{
 		State:                         authority.AllocationReserved,
 		ObjectKind:                    req.Key.Kind,
 		StableType:                    req.Intent.StableType,
@@ -97,50 +131,38 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		DescriptorLifecycleGeneration: target.NodeLifecycleGeneration,
 		Capacity:                      req.Capacity,
 	}
+	return nr
+}
 
-	now, err := s.beginWrite(ctx)
-	if err != nil {
-		return authority.ReserveResult{}, err
-	}
-	defer s.mu.Unlock()
+// reserveRefused runs the reservation's checks in the contract's order
+// (under the lock) and returns the refusal, if any.
+func (s *Store) reserveRefused(key authority.Key, req authority.ReserveRequest, alloc *authority.PlacementAllocation, now time.Time) (authority.ReserveResult, bool) {
 	if s.claims != nil && s.claims.IdentityClaimed(key) {
-		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(now)}, nil
+		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(now)}, true
 	}
 	if current := s.row(key); current != nil {
-		alloc := &current.snap.Allocation
+		cur := &current.snap.Allocation
 		switch {
-		case alloc.ObjectKind != req.Key.Kind || alloc.StableType != req.Intent.StableType:
-			return authority.ReserveResult{Kind: authority.KindTypeMismatch, Current: authority.Found(current.snapshot(now))}, nil
-		case alloc.State == authority.AllocationActive:
-			return authority.ReserveResult{Kind: authority.KindAlreadyExists, Current: authority.Found(current.snapshot(now))}, nil
+		case cur.ObjectKind != req.Key.Kind || cur.StableType != req.Intent.StableType:
+			return authority.ReserveResult{Kind: authority.KindTypeMismatch, Current: authority.Found(current.snapshot(now))}, true
+		case cur.State == authority.AllocationActive:
+			return authority.ReserveResult{Kind: authority.KindAlreadyExists, Current: authority.Found(current.snapshot(now))}, true
 		default:
-			return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
+			return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, true
 		}
 	}
-	if !s.isCreationTargetLive(target) {
-		return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, nil
+	if !s.isCreationTargetLive(req.Target) {
+		return authority.ReserveResult{Kind: authority.KindConflict, Current: s.read(key, now)}, true
 	}
-	if !s.hasPendingCapacity(&alloc) {
-		return authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}, nil
+	if !s.hasPendingCapacity(alloc) {
+		return authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}, true
 	}
 	if s.storeVersion >= authority.MaxGeneration ||
 		s.objectGeneration >= authority.MaxGeneration ||
 		s.ownerGeneration >= authority.MaxGeneration {
-		return authority.ReserveResult{Kind: authority.KindGenerationExhausted}, nil
+		return authority.ReserveResult{Kind: authority.KindGenerationExhausted}, true
 	}
-	s.storeVersion++
-	s.objectGeneration++
-	s.ownerGeneration++
-	seq, lo := s.reservations.open(hi)
-	encodeIDLow(&p.idText, lo)
-	r.version = s.storeVersion
-	r.snap.ObjectGeneration = s.objectGeneration
-	r.snap.AuthorityOwnerGeneration = s.ownerGeneration
-	p.creation = creation{seq: seq, reservationID: reservationID, target: target}
-	s.initAllocation(r, m, alloc)
-	s.putRow(r)
-	s.adjust(countPending, m.entries(), 1)
-	return authority.ReserveResult{Kind: authority.KindReserved, ReservationID: reservationID, Creating: r.snapshotIn(room, now)}, nil
+	return authority.ReserveResult{}, false
 }
 
 // reservedRow is the check commit, completeCreation and abort share: the
