@@ -44,7 +44,8 @@ type globals struct {
 const rootLong = `authorityctl inspects and operates the etcd-backed authority store.
 
 It is read-only unless a command says otherwise; remove-owner and
-prune-epochs are the only operator writes and need --yes.
+prune-epochs are the only operator writes and need --yes (bench writes in
+a fresh namespace it removes after).
 
 Every global flag can also be set through an environment variable named
 AUTHORITYCTL_<FLAG> (for example AUTHORITYCTL_ENDPOINTS, AUTHORITYCTL_PASSWORD);
@@ -102,7 +103,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 		newOwnersCommand(g), newCapacityCommand(g),
 		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
 		newDoctorCommand(g), newRemoveOwnerCommand(g), newPruneEpochsCommand(g), newDemoCommand(g),
-		newBlobsCommand(g), newTopCommand(g),
+		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })

@@ -30,15 +30,25 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	prefix := s.keys.ownerRowsPrefix(owner)
 	batch := max(1, s.maxOps/opsPerRemovedRow)
 	var removed int64
+	// from moves past each removed batch: etcd walks the tombstones of the
+	// deleted index entries in a range until compaction, so reading from
+	// the prefix every time would cost each batch all the batches before it
+	// (quadratic in the owner's rows). A pass that reaches the end reads
+	// once more from the prefix, for rows added behind it meanwhile.
+	from := prefix
 	for failures := 0; failures < maxAttempts; {
 		rctx, cancel := s.requestContext(ctx)
-		idx, err := s.kv.Get(rctx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
+		idx, err := s.kv.Get(rctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
 		cancel()
 		if err != nil {
 			return removed, mapError(err, false)
 		}
 		if len(idx.Kvs) == 0 {
-			return removed, nil
+			if from == prefix {
+				return removed, nil
+			}
+			from = prefix
+			continue
 		}
 		keys := make([]authority.Key, len(idx.Kvs))
 		gets := make([]clientv3.Op, len(idx.Kvs))
@@ -84,6 +94,7 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 		}
 		if resp.Succeeded {
 			removed += n
+			from = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
 		} else {
 			// a row changed between the read and the Txn: read again
 			failures++
