@@ -407,6 +407,15 @@ type livenessRecord struct {
 	Lease     int64  `json:"l"`
 }
 
+// decodeLiveness decodes a liveness key's value strictly.
+func decodeLiveness(value []byte) (livenessRecord, error) {
+	var v livenessRecord
+	if err := decodeStrict(value, &v); err != nil {
+		return v, err
+	}
+	return v, v.check()
+}
+
 func (l livenessRecord) encode() string {
 	b, _ := json.Marshal(l)
 	return string(b)

@@ -121,13 +121,13 @@ func cmpResult(r pb.Compare_CompareResult, order int) bool {
 func (l layout) compareKind(key string) observe.Compare {
 	segment, _, _ := strings.Cut(strings.TrimPrefix(key, l.ns), "/")
 	switch segment {
-	case "owners", "owner-gens":
+	case segOwners, segOwnerGens:
 		return observe.CompareOwnerLease
-	case "capacity", "capacity-epochs":
+	case segCapacity, segCapacityEpochs:
 		return observe.CompareCapacityEpoch
-	case "aggregates":
+	case segAggregates:
 		return observe.CompareAggregateRecord
-	case "reservations", "terminals":
+	case segReservations, segTerminals:
 		return observe.CompareReservation
 	}
 	return observe.CompareRowVersion

@@ -57,28 +57,20 @@ func (k EntryKind) String() string {
 	return entryKindNames[k]
 }
 
-// segments are the first path segment of every kind's keys ("rows/", ...),
-// taken from the layout's own key builders so that keys.go stays the one
-// definition of the layout.
-var segments = func() map[EntryKind]string {
-	l := layout{}
-	node := authority.NodeDescriptor{MeshName: "m", RID: "r"}
-	owner := authority.OwnerToken{OwnerID: "o", LeaseGeneration: 1}
-	alloc := authority.PlacementAllocation{Descriptor: node, DescriptorLifecycleGeneration: 1}
-	first := func(key string) string { return key[:strings.IndexByte(key, '/')+1] }
-	return map[EntryKind]string{
-		EntryRow:             first(l.row("k")),
-		EntryOwnerLiveness:   first(l.liveness(node, 1, owner)),
-		EntryOwnerGeneration: first(l.ownerGen("o")),
-		EntryOwnerIndex:      first(l.ownerRowsPrefix(owner)),
-		EntryCapacity:        first(l.capacityRow(alloc, "k")),
-		EntryReservation:     first(l.reservation("r")),
-		EntryTerminal:        first(l.terminal(authority.CreationOperation{SourceNodeRID: "r"})),
-		EntryAggregate:       first(l.aggregate(authority.Fence{AggregateID: "a", AggregateGeneration: 1})),
-		EntryBlob:            first(l.blob("b")),
-		EntryCapacityEpoch:   first(l.capacityEpoch(node, 1)),
-	}
-}()
+// segments are the first path segment of every kind's keys ("rows/", ...):
+// the layout's segment constants (keys.go).
+var segments = map[EntryKind]string{
+	EntryRow:             segRows + "/",
+	EntryOwnerLiveness:   segOwners + "/",
+	EntryOwnerGeneration: segOwnerGens + "/",
+	EntryOwnerIndex:      segOwnerRows + "/",
+	EntryCapacity:        segCapacity + "/",
+	EntryReservation:     segReservations + "/",
+	EntryTerminal:        segTerminals + "/",
+	EntryAggregate:       segAggregates + "/",
+	EntryBlob:            segBlobs + "/",
+	EntryCapacityEpoch:   segCapacityEpochs + "/",
+}
 
 // Prefix returns the prefix of every key of kind k under namespace (for
 // example namespace+"capacity/"), to range over them. For EntryUnknown it
@@ -358,11 +350,8 @@ func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
 	if e.Node, e.Lifecycle, err = parseNode(parts[2], parts[3], parts[4]); err != nil {
 		return err
 	}
-	var v livenessRecord
-	if err := decodeStrict(kv.Value, &v); err != nil {
-		return err
-	}
-	if err := v.check(); err != nil {
+	v, err := decodeLiveness(kv.Value)
+	if err != nil {
 		return err
 	}
 	if v != (livenessRecord{MeshName: e.Node.MeshName, RID: e.Node.RID, Lifecycle: e.Lifecycle, OwnerID: e.Owner.OwnerID, Lease: e.Owner.LeaseGeneration}) {
@@ -384,9 +373,9 @@ func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 	}
 	c := &CapacityEntry{}
 	switch parts[3] {
-	case "row":
+	case capRow:
 		e.Key = authority.Key(parts[4])
-	case "agg":
+	case capAgg:
 		id, gen, ok := strings.Cut(parts[4], "/")
 		if !ok {
 			return errBadKey

@@ -14,6 +14,26 @@ import (
 // DefaultNamespace is the namespace of a Config that names none.
 const DefaultNamespace = "/zlink/authority/v1/"
 
+// The layout's top-level segments: the first path segment under the
+// namespace of every key the store writes. The key builders below and the
+// key parser (inspect.go) both use them.
+const (
+	segRows           = "rows"
+	segOwners         = "owners" // owner liveness keys
+	segOwnerGens      = "owner-gens"
+	segOwnerRows      = "owner-rows" // owner index
+	segCapacity       = "capacity"
+	segCapacityEpochs = "capacity-epochs"
+	segReservations   = "reservations"
+	segTerminals      = "terminals"
+	segAggregates     = "aggregates"
+	segBlobs          = "blobs"
+
+	// the two kinds of capacity entry under a node lifecycle's range
+	capRow = "row"
+	capAgg = "agg"
+)
+
 // layout builds every key of the store under its namespace.
 type layout struct{ ns string }
 
@@ -21,19 +41,19 @@ func esc(s string) string { return url.PathEscape(s) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func (l layout) rowsPrefix() string             { return l.ns + "rows/" }
-func (l layout) row(key authority.Key) string   { return l.ns + "rows/" + string(key) }
-func (l layout) ownerGen(ownerID string) string { return l.ns + "owner-gens/" + esc(ownerID) }
-func (l layout) reservation(id string) string   { return l.ns + "reservations/" + esc(id) }
-func (l layout) blob(id string) string          { return l.ns + "blobs/" + id }
+func (l layout) rowsPrefix() string             { return l.ns + segRows + "/" }
+func (l layout) row(key authority.Key) string   { return l.ns + segRows + "/" + string(key) }
+func (l layout) ownerGen(ownerID string) string { return l.ns + segOwnerGens + "/" + esc(ownerID) }
+func (l layout) reservation(id string) string   { return l.ns + segReservations + "/" + esc(id) }
+func (l layout) blob(id string) string          { return l.ns + segBlobs + "/" + id }
 func (l layout) terminal(op authority.CreationOperation) string {
-	return l.ns + "terminals/" + op.Key()
+	return l.ns + segTerminals + "/" + op.Key()
 }
 
 // livenessPrefix is the prefix of the liveness keys of one owner lease
 // generation.
 func (l layout) livenessPrefix(owner authority.OwnerToken) string {
-	return l.ns + "owners/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
+	return l.ns + segOwners + "/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
 }
 
 func (l layout) liveness(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) string {
@@ -41,7 +61,7 @@ func (l layout) liveness(node authority.NodeDescriptor, lifecycle int64, owner a
 }
 
 func (l layout) ownerRowsPrefix(owner authority.OwnerToken) string {
-	return l.ns + "owner-rows/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
+	return l.ns + segOwnerRows + "/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
 }
 
 func (l layout) ownerRow(owner authority.OwnerToken, key authority.Key) string {
@@ -49,30 +69,30 @@ func (l layout) ownerRow(owner authority.OwnerToken, key authority.Key) string {
 }
 
 func (l layout) aggregate(f authority.Fence) string {
-	return l.ns + "aggregates/" + esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
+	return l.ns + segAggregates + "/" + esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
 }
 
 // capacityNode is the prefix of every capacity entry of one node lifecycle.
 func (l layout) capacityNode(node authority.NodeDescriptor, lifecycle int64) string {
-	return l.ns + "capacity/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle) + "/"
+	return l.ns + segCapacity + "/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle) + "/"
 }
 
 // capacityEpoch is the key every Txn that changes a capacity entry of the
 // node lifecycle also puts (txn.touch): its ModRevision is the revision of
 // the node's last capacity change. It sits outside the capacityNode range.
 func (l layout) capacityEpoch(node authority.NodeDescriptor, lifecycle int64) string {
-	return l.ns + "capacity-epochs/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
+	return l.ns + segCapacityEpochs + "/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
 }
 
 // capacityRow is the capacity entry of a row; its state (reserved or
 // active) is in the value, so a commit rewrites one key.
 func (l layout) capacityRow(a authority.PlacementAllocation, key authority.Key) string {
-	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + "row/" + string(key)
+	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + capRow + "/" + string(key)
 }
 
 // capacityAggregate is the capacity entry of a prepared aggregate.
 func (l layout) capacityAggregate(a authority.PlacementAllocation, f authority.Fence) string {
-	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + "agg/" +
+	return l.capacityNode(a.Descriptor, a.DescriptorLifecycleGeneration) + capAgg + "/" +
 		esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
 }
 
@@ -85,8 +105,8 @@ func prefixEnd(prefix string) string { return clientv3.GetPrefixRangeEnd(prefix)
 // "/a/" reads "/a/rows/..." as its rows, so a store on "/a/rows/" would be
 // read, listed and overwritten by it. New refuses such namespaces.
 var layoutSegments = []string{
-	"rows", "owners", "owner-gens", "owner-rows", "capacity", "capacity-epochs",
-	"reservations", "terminals", "aggregates", "blobs",
+	segRows, segOwners, segOwnerGens, segOwnerRows, segCapacity, segCapacityEpochs,
+	segReservations, segTerminals, segAggregates, segBlobs,
 }
 
 // validateNamespace checks that ns ends in "/", holds no NUL and has no path
