@@ -111,9 +111,12 @@ func (p Op) End(kind authority.ResultKind, err error) {
 	if m := p.o.metrics; m != nil {
 		m.operation(p.op, outcome, sentinel, time.Since(p.start))
 	}
-	if kind == authority.KindPlacementCapacityExhausted || kind == authority.KindGenerationExhausted ||
-		errors.Is(err, authority.ErrLimitExceeded) {
+	if kind == authority.KindPlacementCapacityExhausted || kind == authority.KindGenerationExhausted {
 		p.o.refused(p.span, CompareLimit)
+	} else if errors.Is(err, authority.ErrLimitExceeded) {
+		p.o.refused(p.span, CompareLimit)
+		// a request the configured limits refuse: the operator's to fix
+		p.o.log.Warn("operation refused by a store limit", "operation", p.op.String(), "error", err)
 	}
 	if p.span != nil {
 		p.span.SetAttributes(attribute.String("authority.outcome", outcome))

@@ -1,7 +1,10 @@
 package observe
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +73,19 @@ func TestNoSpanOutsideATrace(t *testing.T) {
 	require.False(t, trace.SpanFromContext(ctx).IsRecording())
 	op.End(authority.KindSnapshot, nil)
 	require.Empty(t, exp.GetSpans())
+}
+
+// TestLimitRefusalIsLogged: a request a limit refuses is logged at Warn
+// with its operation (an operator's configuration to fix).
+func TestLimitRefusalIsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	o := New(Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	_, op := o.Start(t.Context(), OpPrepareAggregate)
+	op.End("", fmt.Errorf("too big: %w", authority.ErrLimitExceeded))
+	require.Contains(t, buf.String(), `"level":"WARN"`)
+	require.Contains(t, buf.String(), `"operation":"prepare_aggregate"`)
+	buf.Reset()
+	_, op = o.Start(t.Context(), OpRead)
+	op.End(authority.KindSnapshot, nil)
+	require.Empty(t, buf.String(), "nothing is logged per operation")
 }
