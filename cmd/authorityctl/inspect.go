@@ -357,7 +357,9 @@ type participantView struct {
 	Key                  string `json:"key"`
 	ExpectedStoreVersion string `json:"expectedStoreVersion"`
 	OwnerTransition      string `json:"ownerTransition"`
-	PayloadSize          int    `json:"payloadSize"`
+	// PayloadSize is the payload the commit writes, for a prepared record
+	// only: a finished record keeps no payloads.
+	PayloadSize *int `json:"payloadSize,omitempty"`
 }
 
 // aggregateView is an aggregate record.
@@ -419,9 +421,13 @@ func viewAggregate(r authority.AggregatePrepareRequest, state string, revision i
 		TargetLifecycleGeneration: r.TargetDescriptorLifecycleGeneration, Capacity: viewCapacity(r.Capacity),
 		InventoryDigest: hex.EncodeToString(r.InventoryDigest), Participants: []participantView{}, Revision: revision}
 	for _, p := range r.Participants {
-		v.Participants = append(v.Participants, participantView{Key: string(p.AuthorityKey),
-			ExpectedStoreVersion: string(p.ExpectedStoreVersion), OwnerTransition: string(p.OwnerTransition),
-			PayloadSize: len(p.AuthorityPayload)})
+		pv := participantView{Key: string(p.AuthorityKey),
+			ExpectedStoreVersion: string(p.ExpectedStoreVersion), OwnerTransition: string(p.OwnerTransition)}
+		if state == "prepared" {
+			size := len(p.AuthorityPayload)
+			pv.PayloadSize = &size
+		}
+		v.Participants = append(v.Participants, pv)
 	}
 	return v
 }

@@ -265,17 +265,20 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 	prepare := &txn{bytes: 4096}
 	for i := 0; i < n; i++ {
 		p := req.Participants[i]
-		size := len(s.keys.row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512
-		commit.bytes += size + 4*(len(s.keys.ns)+len(p.AuthorityKey)+200)
-		prepare.bytes += size + len(p.MembershipMutation)
+		// the commit rewrites the row with its payload, and its capacity
+		// entry and owner index; the prepare compares the row
+		commit.bytes += len(s.keys.row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.ns)+len(p.AuthorityKey)+200)
+		prepare.bytes += len(s.keys.row(p.AuthorityKey)) + 2*opOverhead
 	}
-	// both Txns put the aggregate record, which repeats every payload and
-	// membership mutation: its size comes from the record's own encoder
+	// the prepare puts the prepared record, which holds every payload and
+	// membership mutation; the commit puts the finished one, which holds
+	// none (withoutPayloads): sizes from the record's own encoder
 	fence := authority.Fence{AggregateID: req.AggregateID, AggregateGeneration: req.AggregateGeneration}
-	finished := &aggregateRecord{State: aggregateCommitted, Request: *req, ExpiresAt: s.clock.Now().Add(s.retention)}
-	record := len(s.keys.aggregate(fence)) + len(finished.encode()) + opOverhead
-	commit.bytes += record
-	prepare.bytes += record
+	prepared := &aggregateRecord{State: aggregatePrepared, Request: *req}
+	finished := &aggregateRecord{State: aggregateCommitted, Request: withoutPayloads(req), ExpiresAt: s.clock.Now().Add(s.retention)}
+	key := len(s.keys.aggregate(fence)) + opOverhead
+	prepare.bytes += key + len(prepared.encode())
+	commit.bytes += key + len(finished.encode())
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
 	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
@@ -344,7 +347,22 @@ func (s *Store) aggregateLive(rec *aggregateRecord) bool {
 // finished returns the committed or aborted successor of rec, which
 // expires after the store's retention, and that retention.
 func (s *Store) finished(rec *aggregateRecord, state string) (*aggregateRecord, time.Duration) {
-	return &aggregateRecord{State: state, Request: rec.Request, ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
+	return &aggregateRecord{State: state, Request: withoutPayloads(&rec.Request), ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
+}
+
+// withoutPayloads is req without its participants' payloads and membership
+// mutations: what a finished (committed or aborted) record keeps. Nothing
+// reads them from a finished record (a retried commit or abort is answered
+// from its state, a prepare of a finished fence is stale or a conflict), so
+// the commit Txn carries every payload once, in its row, not twice.
+func withoutPayloads(req *authority.AggregatePrepareRequest) authority.AggregatePrepareRequest {
+	c := *req
+	c.Participants = make([]authority.AggregateParticipant, len(req.Participants))
+	for i, p := range req.Participants {
+		p.AuthorityPayload, p.MembershipMutation = nil, nil
+		c.Participants[i] = p
+	}
+	return c
 }
 
 // sendFinished sends t plus the put of the finished record done at aggKey
