@@ -350,6 +350,12 @@ type participantWire struct {
 }
 
 func (a *aggregateRecord) encode() string {
+	b, _ := json.Marshal(a.wire())
+	return aggregateFormat1 + string(b)
+}
+
+// wire is the record's format-1 wire form.
+func (a *aggregateRecord) wire() *aggregateWire {
 	r := &a.Request
 	w := aggregateWire{State: a.State, ExpiresAt: a.ExpiresAt, ID: r.AggregateID, Generation: r.AggregateGeneration,
 		OwnerID: r.TargetOwner.OwnerID, Lease: r.TargetOwner.LeaseGeneration, Mesh: r.TargetDescriptor.MeshName,
@@ -359,8 +365,7 @@ func (a *aggregateRecord) encode() string {
 		w.Parts[i] = participantWire{Key: string(p.AuthorityKey), Version: string(p.ExpectedStoreVersion),
 			Transition: string(p.OwnerTransition), Payload: p.AuthorityPayload, Mutation: p.MembershipMutation}
 	}
-	b, _ := json.Marshal(w)
-	return aggregateFormat1 + string(b)
+	return &w
 }
 
 func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
@@ -389,10 +394,14 @@ func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
 	return a, nil
 }
 
-// decodeAggregateV0 decodes a record of format 0 (gob).
+// decodeAggregateV0 decodes a record of format 0 (gob), checked as strictly
+// as one of format 1.
 func decodeAggregateV0(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
 	var a aggregateRecord
 	if err := gob.NewDecoder(bytes.NewReader(kv.Value)).Decode(&a); err != nil {
+		return nil, corrupt(string(kv.Key), err)
+	}
+	if err := a.wire().check(); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
 	return &a, nil
