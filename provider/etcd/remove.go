@@ -60,30 +60,9 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 		if err != nil {
 			return removed, err
 		}
-		t := &txn{}
-		n := int64(0)
-		for _, key := range keys {
-			r, err := s.rowIn(got, key)
-			if err != nil {
-				return removed, err
-			}
-			rowKey := s.keys.row(key)
-			if r == nil || r.owner != owner {
-				// a stale index entry (cannot happen through this store)
-				var rev int64
-				if r != nil {
-					rev = r.modRev
-				}
-				t.cmp(modRevIs(rowKey, rev))
-				t.del(s.keys.ownerRow(owner, key))
-				continue
-			}
-			t.cmp(modRevIs(rowKey, r.modRev))
-			t.del(rowKey)
-			t.del(s.keys.capacityRow(r.alloc, key))
-			s.touchCapacity(t, r.alloc)
-			t.del(s.keys.ownerRow(owner, key))
-			n++
+		t, n, err := s.buildOwnerRemoval(owner, keys, got)
+		if err != nil {
+			return removed, err
 		}
 		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
@@ -101,6 +80,38 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 		}
 	}
 	return removed, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+}
+
+// buildOwnerRemoval builds the Txn that removes owner's rows at keys, as
+// read in got: each row, its capacity entry and its owner index entry,
+// fenced by the row's ModRevision (a stale index entry is dropped, fenced
+// the same way). n is how many rows it removes.
+func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.Key, got keyedReads) (t *txn, n int64, err error) {
+	t = &txn{}
+	for _, key := range keys {
+		r, err := s.rowIn(got, key)
+		if err != nil {
+			return nil, 0, err
+		}
+		rowKey := s.keys.row(key)
+		if r == nil || r.owner != owner {
+			// a stale index entry (cannot happen through this store)
+			var rev int64
+			if r != nil {
+				rev = r.modRev
+			}
+			t.cmp(modRevIs(rowKey, rev))
+			t.del(s.keys.ownerRow(owner, key))
+			continue
+		}
+		t.cmp(modRevIs(rowKey, r.modRev))
+		t.del(rowKey)
+		t.del(s.keys.capacityRow(r.alloc, key))
+		s.touchCapacity(t, r.alloc)
+		t.del(s.keys.ownerRow(owner, key))
+		n++
+	}
+	return t, n, nil
 }
 
 // readInParts reads the single-key gets and returns what they read, by key:

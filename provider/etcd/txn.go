@@ -203,6 +203,16 @@ func (h rangeRead) in(resp *clientv3.TxnResponse) *etcdserverpb.RangeResponse {
 	return resp.Responses[h.at].GetResponseRange()
 }
 
+// thenPart is the part of a merged Txn's success responses that answers one
+// member's n ops, the member's first op at off (writebatch.go).
+func thenPart(resp *clientv3.TxnResponse, off, n int) *clientv3.TxnResponse {
+	return &clientv3.TxnResponse{
+		Header:    resp.Header,
+		Succeeded: true,
+		Responses: slices.Clone(resp.Responses[off : off+n]),
+	}
+}
+
 type mvccpbKV = mvccpb.KeyValue
 
 // modRevIs compares a key's ModRevision (0: the key is absent).

@@ -410,11 +410,7 @@ func (b *writeBatcher) settle(batch []*queuedTxn, resp *clientv3.TxnResponse, er
 			q.alone = true
 		default:
 			n := len(q.t.then)
-			q.resp = &clientv3.TxnResponse{
-				Header:    resp.Header,
-				Succeeded: true,
-				Responses: append([]*etcdserverpb.ResponseOp(nil), resp.Responses[off:off+n]...),
-			}
+			q.resp = thenPart(resp, off, n)
 			off += n
 		}
 		close(q.done)
