@@ -30,35 +30,67 @@ func (s *Store) txnFailed(err error, write bool) error {
 
 // explainFailure names the compare of t that did not hold, on ctx's span
 // (attribute authority.failed_compare) and in the failed-compare metric. etcd
-// does not say which compare failed, so the store reads every compared key
-// once more and evaluates the compares itself; it spends that round trip only
-// when something will show the answer. The answer is the first compare that
-// fails now, which is the one that failed unless the keys changed again in
-// between.
-func (s *Store) explainFailure(ctx context.Context, t *txn) {
+// does not say which compare failed, so the store evaluates the compares
+// itself: first on the keys the failed Txn's own Else read (resp), at no
+// cost; only when none of those fails does it read the other compared keys,
+// once, and only when something will show the answer. A compare that fails
+// now is the one that failed unless the keys changed again in between.
+func (s *Store) explainFailure(ctx context.Context, t *txn, resp *clientv3.TxnResponse) {
 	if len(t.cmps) == 0 || !s.obs.Explaining(ctx) {
 		return
 	}
-	var gets []clientv3.Op
-	compared := make([]rangeRead, len(t.cmps))
+	inElse, got := elseReadKeys(t), readsOf(resp)
+	var unread []*pb.Compare
 	for i := range t.cmps {
 		c := t.cmps[i].GetCompare()
-		var opts []clientv3.OpOption
-		if len(c.RangeEnd) > 0 {
-			opts = append(opts, clientv3.WithRange(string(c.RangeEnd)))
+		keysOnly, read := inElse[string(c.Key)]
+		if !read || len(c.RangeEnd) > 0 || (keysOnly && c.Target == pb.Compare_VALUE) {
+			unread = append(unread, c)
+			continue
 		}
-		gets, compared[i] = addRead(gets, clientv3.OpGet(string(c.Key), opts...))
-	}
-	resp, err := s.read(ctx, gets...)
-	if err != nil {
-		return
-	}
-	for i := range t.cmps {
-		if c := t.cmps[i].GetCompare(); !cmpHolds(c, compared[i].in(resp).Kvs) {
+		var kvs []*mvccpbKV
+		if kv := got[string(c.Key)]; kv != nil {
+			kvs = append(kvs, kv)
+		}
+		if !cmpHolds(c, kvs) {
 			s.obs.Refused(ctx, s.keys.compareKind(string(c.Key)))
 			return
 		}
 	}
+	if len(unread) == 0 {
+		return // every compare holds now: the keys changed back
+	}
+	var gets []clientv3.Op
+	reads := make([]rangeRead, len(unread))
+	for i, c := range unread {
+		var opts []clientv3.OpOption
+		if len(c.RangeEnd) > 0 {
+			opts = append(opts, clientv3.WithRange(string(c.RangeEnd)))
+		}
+		gets, reads[i] = addRead(gets, clientv3.OpGet(string(c.Key), opts...))
+	}
+	again, err := s.read(ctx, gets...)
+	if err != nil {
+		return
+	}
+	for i, c := range unread {
+		if !cmpHolds(c, reads[i].in(again).Kvs) {
+			s.obs.Refused(ctx, s.keys.compareKind(string(c.Key)))
+			return
+		}
+	}
+}
+
+// elseReadKeys returns the keys t's Else reads one by one with their values
+// or keys only (the value: keys only); ranges and counts are left out.
+func elseReadKeys(t *txn) map[string]bool {
+	keys := make(map[string]bool, len(t.els))
+	for _, op := range t.els {
+		if op.IsGet() && len(op.RangeBytes()) == 0 && !op.IsCountOnly() {
+			keys[string(op.KeyBytes())] = op.IsKeysOnly()
+		}
+	}
+	return keys
 }
 
 // cmpHolds evaluates c as etcd does: over every key of its range, a missing
@@ -131,12 +163,4 @@ func (l layout) compareKind(key string) observe.Compare {
 		return observe.CompareReservation
 	}
 	return observe.CompareRowVersion
-}
-
-// retrying counts attempt (from 0) of op's optimistic loop as a retry when
-// it is not the first.
-func (s *Store) retrying(op observe.Operation, attempt int) {
-	if attempt > 0 {
-		s.obs.Metrics().Retry(op)
-	}
 }

@@ -192,3 +192,11 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 	l.r.s.obs.Logger().Info("rebound owner rows", "rows", n, "error", err)
 	return n, err
 }
+
+// retrying counts attempt (from 0) of op's optimistic loop as a retry when
+// it is not the first.
+func (s *Store) retrying(op observe.Operation, attempt int) {
+	if attempt > 0 {
+		s.obs.Metrics().Retry(op)
+	}
+}

@@ -213,8 +213,7 @@ func (s *Store) snapshotReadsFor(pending []int, batch []*reserveWaiter, fullRang
 		read(s.keys.row(batch[i].res.key))
 	}
 	for _, i := range pending {
-		r := batch[i].res
-		read(s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
+		read(batch[i].res.liveKey(s))
 	}
 	r := batch[pending[0]].res
 	l.ops, l.usage = s.addUsageReads(l.ops, r.row.alloc.Descriptor, r.target.NodeLifecycleGeneration, fullRange)

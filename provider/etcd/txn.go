@@ -122,7 +122,7 @@ func (s *Store) sendWrite(ctx context.Context, t *txn, what string) (*clientv3.T
 	}
 	resp, err := s.batch.commit(ctx, t)
 	if err == nil && !resp.Succeeded {
-		s.explainFailure(ctx, t)
+		s.explainFailure(ctx, t, resp)
 	}
 	return resp, err
 }
