@@ -142,11 +142,24 @@ func (o *churnOwner) acquire(ctx context.Context) bool {
 			o.lease = l
 			o.tokens = append(o.tokens, l.Token())
 			o.mu.Unlock()
+			go o.recordDone(l)
 			return true
 		}
 		time.Sleep(retryPause)
 	}
 	return false
+}
+
+// recordDone records when l's Done closed. It waits on Done itself: the
+// run loop notices Done only between writes, which can take seconds while
+// leaders change, and that delay is not the lease's. A lease we close at
+// cleanup records after the check, which no longer looks.
+func (o *churnOwner) recordDone(l *etcdstore.OwnerLease) {
+	<-l.Done()
+	at := time.Now()
+	o.mu.Lock()
+	o.doneAt[l.Token().LeaseGeneration] = at
+	o.mu.Unlock()
 }
 
 // run writes the owner's row while its lease holds; when Done closes it
@@ -156,9 +169,6 @@ func (o *churnOwner) run(ctx context.Context, t *testing.T) {
 		l := o.lease
 		select {
 		case <-l.Done():
-			o.mu.Lock()
-			o.doneAt[l.Token().LeaseGeneration] = time.Now()
-			o.mu.Unlock()
 			if !o.acquire(ctx) {
 				return
 			}
