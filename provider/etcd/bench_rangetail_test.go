@@ -1,0 +1,58 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/zlink-systems/authority/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// BenchmarkRangeTail measures what etcd's range with a limit costs as the
+// keys after the page grow (docs/scale.md, Growth): a Range (or a Txn's
+// range) answers its Count, the number of keys in the whole range, so etcd
+// walks its key index from the page to the range's end whatever the limit.
+// Each sub-benchmark reads the first 1000 keys of a prefix holding tail
+// keys; "bounded" reads the same 1000 keys with the range ending after the
+// last of them. The same run compares the sizes with each other.
+//
+//	go test -run '^$' -bench RangeTail -benchtime 50x ./provider/etcd/
+func BenchmarkRangeTail(b *testing.B) {
+	srv := etcdtest.Start(b, etcdtest.WithFsync(false))
+	c := srv.Client(b)
+	ctx := context.Background()
+	ns := etcdtest.Namespace()
+	value := string(make([]byte, 100))
+	for _, tail := range []int{10_000, 100_000} {
+		prefix := ns + strconv.Itoa(tail) + "/"
+		for from := 0; from < tail; from += 100 {
+			ops := make([]clientv3.Op, 0, 100)
+			for i := from; i < from+100; i++ {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%08d", prefix, i), value))
+			}
+			if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		end := clientv3.GetPrefixRangeEnd(prefix)
+		b.Run(fmt.Sprintf("limit/tail=%d", tail), func(b *testing.B) {
+			for b.Loop() {
+				resp, err := c.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithLimit(1000))
+				if err != nil || len(resp.Kvs) != 1000 || resp.Count != int64(tail) {
+					b.Fatalf("page: %v", err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("bounded/tail=%d", tail), func(b *testing.B) {
+			last := fmt.Sprintf("%s%08d", prefix, 999)
+			for b.Loop() {
+				resp, err := c.Get(ctx, prefix, clientv3.WithRange(last+"\x00"), clientv3.WithLimit(1000))
+				if err != nil || len(resp.Kvs) != 1000 {
+					b.Fatalf("page: %v", err)
+				}
+			}
+		})
+	}
+}
