@@ -17,9 +17,22 @@ import (
 // its node's capacity epoch.
 const opsPerRemovedRow = 4
 
+// removeIndexPageMax is the most owner index keys one read of
+// removeAllByOwner takes (keys only: ≈ 100 B each).
+const removeIndexPageMax = 16384
+
 // removeAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
 // by its ModRevision. It returns how many rows it removed.
+//
+// The index is read in pages that grow (one batch, then doubling up to
+// removeIndexPageMax keys), each page removed batch by batch. Every range
+// etcd answers with a limit still walks the whole rest of the range in its
+// key index to count it, so one read a batch cost each batch all the
+// owner's remaining rows: quadratic in them (100k rows at 712 rows/s).
+// Each page reads from after the last one: etcd also walks the tombstones
+// of the deleted index entries until compaction. A pass that reaches the
+// end reads once more from the prefix, for rows added behind it meanwhile.
 func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err
@@ -29,16 +42,11 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	}
 	prefix := s.keys.ownerRowsPrefix(owner)
 	batch := max(1, s.maxOps/opsPerRemovedRow)
-	var removed int64
-	// from moves past each removed batch: etcd walks the tombstones of the
-	// deleted index entries in a range until compaction, so reading from
-	// the prefix every time would cost each batch all the batches before it
-	// (quadratic in the owner's rows). A pass that reaches the end reads
-	// once more from the prefix, for rows added behind it meanwhile.
-	from := prefix
-	for failures := 0; failures < maxAttempts; {
+	page := batch
+	var removed, failures int64
+	for from := prefix; ; {
 		rctx, cancel := s.requestContext(ctx)
-		idx, err := s.kv.Get(rctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
+		idx, err := etcdpage.Read(rctx, s.kv, from, prefixEnd(prefix), 0, int64(page), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
 			return removed, mapError(err, false)
@@ -50,36 +58,52 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 			from = prefix
 			continue
 		}
-		keys := make([]authority.Key, len(idx.Kvs))
-		gets := make([]clientv3.Op, len(idx.Kvs))
-		for i, kv := range idx.Kvs {
-			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
-			gets[i] = opGet(s.keys.row(keys[i]))
+		for at := 0; at < len(idx.Kvs); at += batch {
+			keys := make([]authority.Key, 0, batch)
+			for _, kv := range idx.Kvs[at:min(at+batch, len(idx.Kvs))] {
+				keys = append(keys, authority.Key(strings.TrimPrefix(string(kv.Key), prefix)))
+			}
+			n, err := s.removeOwnerBatch(ctx, owner, keys, &failures)
+			removed += n
+			if err != nil {
+				return removed, err
+			}
+		}
+		from = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
+		page = min(2*page, removeIndexPageMax)
+	}
+}
+
+// removeOwnerBatch removes owner's rows at keys (a batch of its index) in
+// one Txn, reading them again while a row changes between the read and the
+// Txn; failures counts those conflicts over the whole removal.
+func (s *Store) removeOwnerBatch(ctx context.Context, owner authority.OwnerToken, keys []authority.Key, failures *int64) (int64, error) {
+	for ; *failures < maxAttempts; *failures++ {
+		gets := make([]clientv3.Op, len(keys))
+		for i, key := range keys {
+			gets[i] = opGet(s.keys.row(key))
 		}
 		got, err := s.readInParts(ctx, gets)
 		if err != nil {
-			return removed, err
+			return 0, err
 		}
 		t, n, err := s.buildOwnerRemoval(owner, keys, got)
 		if err != nil {
-			return removed, err
+			return 0, err
 		}
 		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
 			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
-			return removed, err
+			return 0, err
 		}
 		if resp.Succeeded {
-			removed += n
-			from = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
-		} else {
-			// a row changed between the read and the Txn: read again
-			failures++
+			return n, nil
 		}
+		// a row changed between the read and the Txn: read again
 	}
-	return removed, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+	return 0, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
 }
 
 // buildOwnerRemoval builds the Txn that removes owner's rows at keys, as
