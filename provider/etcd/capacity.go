@@ -2,13 +2,11 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -121,24 +119,38 @@ func (s *Store) capacityUsage(ctx context.Context, node authority.NodeDescriptor
 	if err := s.begin(ctx); err != nil {
 		return authority.CapacityUsage{}, err
 	}
-	var kvs []*mvccpb.KeyValue
-	for attempt := 0; ; attempt++ {
-		ops, entries := addRead(nil, s.capacityRangeOp(node, lifecycleGeneration))
-		resp, err := s.read(ctx, ops...)
-		if err != nil {
-			return authority.CapacityUsage{}, err
-		}
-		if kvs, err = s.capacityKvs(ctx, resp, entries, node, lifecycleGeneration); err == nil {
-			break
-		} else if !errors.Is(err, rpctypes.ErrCompacted) || attempt == 2 {
-			return authority.CapacityUsage{}, err
-		}
-		// compacted between the pages: read them again at a newer revision
-	}
-	u, err := s.sumUsage(node, lifecycleGeneration, kvs)
+	u, err := s.nodeUsageNow(ctx, node, lifecycleGeneration)
 	if err != nil {
 		return authority.CapacityUsage{}, err
 	}
 	c := authority.UsageCounter(node, lifecycleGeneration, objectKind, stableType)
 	return authority.CapacityUsage{Active: u.active[c], Reserved: u.reserved[c]}, nil
+}
+
+// nodeUsageNow returns the usage of a node lifecycle at a read of its
+// capacity epoch: from its usage watch when it is watched, else summed from
+// its capacity range, which starts the watch (usagewatch.go), as a
+// reservation's decision does. So a store that answered CapacityUsage for a
+// node decides its next reservations there without reading the range.
+func (s *Store) nodeUsageNow(ctx context.Context, node authority.NodeDescriptor, lifecycle int64) (nodeUsage, error) {
+	const attempts = 4
+	fullRange := false
+	for attempt := 1; ; attempt++ {
+		ops, ur := s.addUsageReads(nil, node, lifecycle, fullRange)
+		resp, err := s.read(ctx, ops...)
+		if err != nil {
+			return nodeUsage{}, err
+		}
+		u, _, ok, err := s.usageAt(ctx, resp, ur)
+		if err != nil || ok {
+			return u, err
+		}
+		if attempt == attempts {
+			return nodeUsage{}, authority.Wrap(authority.ErrUnavailable,
+				"capacity usage: the node's capacity kept changing or was compacted between reads", errContention)
+		}
+		// the watch moved past the read, or the range's pages were
+		// compacted: read again, with the range after the first time
+		fullRange = attempt >= 2
+	}
 }

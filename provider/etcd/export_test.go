@@ -86,6 +86,11 @@ func UsageWatchCounts(s *Store) (started, running int64) {
 	return s.usage.started.Load(), s.usage.running.Load()
 }
 
+// CapacityRangeReads is how many times s summed a node's capacity range
+// (a first decision or usage read on the node, or one its watch could not
+// serve) instead of its usage watch.
+func CapacityRangeReads(s *Store) int64 { return s.usage.rangeReads.Load() }
+
 // SetCapacityPage sets how many capacity entries one range request reads,
 // until the test ends.
 func SetCapacityPage(t interface{ Cleanup(func()) }, n int64) {

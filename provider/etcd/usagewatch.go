@@ -57,6 +57,9 @@ type usageWatches struct {
 	wg     sync.WaitGroup
 	// started counts the watches started, running their followers alive.
 	started, running atomic.Int64
+	// rangeReads counts the decisions (and usage reads) that summed a
+	// node's capacity range instead of its watch.
+	rangeReads atomic.Int64
 }
 
 // usageWatch is the watched usage of one node lifecycle.
@@ -125,6 +128,7 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 	epoch = epochOf(resp, ur)
 	prefix := s.keys.capacityNode(ur.node, ur.lifecycle)
 	if ur.ranged {
+		s.usage.rangeReads.Add(1)
 		kvs, err := s.capacityKvs(ctx, resp, ur.capacity, ur.node, ur.lifecycle)
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return nodeUsage{}, 0, false, nil // read again, at a newer revision
