@@ -30,7 +30,9 @@ import (
 //
 //	AUTHORITY_SCALE=1 go test -count=1 -timeout=2h -run TestScale -v ./provider/etcd/
 //
-// AUTHORITY_SCALE_ROWS sets the sizes (default 10000,100000). Each size is
+// AUTHORITY_SCALE_ROWS sets the sizes (default 10000,100000) and
+// AUTHORITY_SCALE_OWNERS the regular owners and nodes (default 100: fewer
+// make each node's capacity range as long as at a larger size). Each size is
 // filled through the store on an embedded etcd with fsync off, then the
 // server restarts on the same data with fsync on and every phase is timed.
 func TestScale(t *testing.T) {
@@ -48,6 +50,13 @@ func TestScale(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
+	if v := os.Getenv("AUTHORITY_SCALE_OWNERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			t.Fatalf("AUTHORITY_SCALE_OWNERS: %q is not a count in [1, 1000]", v)
+		}
+		scaleOwners = n
+	}
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) { scaleRun(t, n) })
 	}
@@ -56,8 +65,9 @@ func TestScale(t *testing.T) {
 // The fill's shape: scaleOwners owners on as many nodes hold the regular
 // rows; the owner "big" holds n/10 rows on its own node (rebound, resynced
 // and removed as a whole), the owner "rm" holds scaleRemoveSmall rows.
+var scaleOwners = 100
+
 const (
-	scaleOwners      = 100
 	scaleRemoveSmall = 1000
 	scaleClients     = 64
 	scalePairs       = 2000
@@ -401,14 +411,6 @@ func scaleOps(t *testing.T, ss *scaleServer, n, regular, big int) {
 // bytes the client sent and the revisions each pair made.
 func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 	ctx := context.Background()
-	// a running store has its nodes' usage watches: start them first (the
-	// first reservation on a node reads its capacity range once)
-	for o := range scaleOwners {
-		tg := scaleTarget("o"+strconv.Itoa(o), 1)
-		if _, err := s.CapacityUsage(ctx, tg.Descriptor(), 1, authority.ObjectActor, conformance.DefaultStableType); err != nil {
-			t.Fatal(err)
-		}
-	}
 	value := string(make([]byte, 1200)) // a stored row's size with a 64 B payload
 	d := timed(t, func() error {
 		return parallel(scalePairs, scaleClients, func(i int) error {
@@ -421,6 +423,18 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 		})
 	})
 	figure(t, n, "raw etcd Txn baseline, 64 clients", "%.0f Txns/s", scalePairs/d.Seconds())
+	// a store that has not decided on the nodes yet reads each node's
+	// capacity range once (then watches it); a running store has watches
+	cold := etcdstore.CapacityRangeReads(s)
+	d = timed(t, func() error {
+		return parallel(scalePairs, scaleClients, func(i int) error {
+			_, err := scaleReserveCommit(ctx, s, 2, fmt.Sprintf("c%08d", i), scaleTarget("o"+strconv.Itoa(i%scaleOwners), 1))
+			return err
+		})
+	})
+	figure(t, n, "reserve+commit, nodes not watched", "%.0f pairs/s; %d capacity range reads (%d nodes)",
+		scalePairs/d.Seconds(), etcdstore.CapacityRangeReads(s)-cold, scaleOwners)
+	warm := etcdstore.CapacityRangeReads(s)
 	rev0, _ := ss.c.Get(ctx, "x")
 	sent0 := ss.sent.Load()
 	d = timed(t, func() error {
@@ -430,6 +444,7 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 		})
 	})
 	rev1, _ := ss.c.Get(ctx, "x")
+	figure(t, n, "capacity range reads (watched)", "%d", etcdstore.CapacityRangeReads(s)-warm)
 	figure(t, n, "reserve+commit Spot, 64 clients", "%.0f pairs/s; %.0f request B/pair (64 B payload); %.2f revisions/pair",
 		scalePairs/d.Seconds(), float64(ss.sent.Load()-sent0)/scalePairs, float64(rev1.Header.Revision-rev0.Header.Revision)/scalePairs)
 	keys := make([]authority.Key, scaleClients)
@@ -498,7 +513,7 @@ func scaleLists(t *testing.T, s *etcdstore.Store, n, regular, big int) {
 		}
 	}
 	list := time.Since(listStart)
-	if want := n + scalePairs; total != want {
+	if want := n + 2*scalePairs; total != want {
 		t.Fatalf("listed %d rows, want %d", total, want)
 	}
 	figure(t, n, "1000-row page", "%s", (pages / 5).Truncate(10*time.Microsecond))
