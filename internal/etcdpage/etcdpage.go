@@ -104,3 +104,69 @@ func TooLarge(err error) bool {
 	st, ok := status.FromError(err)
 	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "received message")
 }
+
+// ErrNoStream is Stream's error when the server has no RangeStream (etcd
+// before 3.7): the caller reads with Read instead.
+var ErrNoStream = errors.New("etcd server has no RangeStream (before 3.7)")
+
+// Stream reads up to limit keys of [from, end) at rev like Read, through
+// etcd's RangeStream (3.7 and later), and says whether keys follow.
+//
+// A Range (or a Txn's range) with a limit answers the number of keys in the
+// whole range, so etcd walks its key index from the first key to the
+// range's end whatever the limit: a page costs every key after it, and
+// reading a range page by page is quadratic in its keys. RangeStream reads
+// in chunks without counting; Stream asks for the whole range and stops
+// reading (ends the stream) once it has one key past limit, so a page costs
+// its own keys (and at most the chunks the server sent ahead). A first page
+// (rev 0) reads one key first for the current revision, which every chunk is
+// then read at, as Read's later requests are.
+//
+// A server without RangeStream fails with ErrNoStream; a response the client
+// refuses as over its receive limit with the client's error (TooLarge), for
+// the caller to read with Read, which splits it.
+func Stream(ctx context.Context, kv clientv3.KV, from, end string, rev int64, limit int64, opts ...clientv3.OpOption) (Page, error) {
+	if rev == 0 {
+		resp, err := kv.Get(ctx, from, clientv3.WithKeysOnly())
+		if err != nil {
+			return Page{}, err
+		}
+		rev = resp.Header.Revision
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	o := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}, opts...)
+	ch, err := kv.GetStream(sctx, from, o...)
+	if err != nil {
+		return Page{}, streamError(err)
+	}
+	defer func() {
+		cancel()
+		for range ch { // the client's reader ends once the stream is cancelled
+		}
+	}()
+	p := Page{Revision: rev}
+	for r := range ch {
+		if err := r.Err(); err != nil {
+			return Page{}, streamError(err)
+		}
+		p.Kvs = append(p.Kvs, r.Kvs...)
+		if int64(len(p.Kvs)) > limit {
+			p.Kvs, p.More = p.Kvs[:limit:limit], true
+			return p, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		// the stream ended because the caller gave up, not at the range's end
+		return Page{}, err
+	}
+	return p, nil
+}
+
+// streamError is ErrNoStream for a server without RangeStream, else err.
+func streamError(err error) error {
+	if status.Code(err) == codes.Unimplemented {
+		return ErrNoStream
+	}
+	return err
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -15,8 +16,10 @@ import (
 // range) answers its Count, the number of keys in the whole range, so etcd
 // walks its key index from the page to the range's end whatever the limit.
 // Each sub-benchmark reads the first 1000 keys of a prefix holding tail
-// keys; "bounded" reads the same 1000 keys with the range ending after the
-// last of them. The same run compares the sizes with each other.
+// keys; "stream" reads them as a listing page does (etcdpage.Stream:
+// RangeStream, which does not count); "bounded" reads the same 1000 keys
+// with the range ending after the last of them. The same run compares the
+// sizes with each other.
 //
 //	go test -run '^$' -bench RangeTail -benchtime 50x ./provider/etcd/
 func BenchmarkRangeTail(b *testing.B) {
@@ -41,6 +44,14 @@ func BenchmarkRangeTail(b *testing.B) {
 			for b.Loop() {
 				resp, err := c.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithLimit(1000))
 				if err != nil || len(resp.Kvs) != 1000 || resp.Count != int64(tail) {
+					b.Fatalf("page: %v", err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("stream/tail=%d", tail), func(b *testing.B) {
+			for b.Loop() {
+				p, err := etcdpage.Stream(ctx, c.KV, prefix, end, 0, 1000)
+				if err != nil || len(p.Kvs) != 1000 || !p.More {
 					b.Fatalf("page: %v", err)
 				}
 			}

@@ -267,7 +267,8 @@ func (k guardedKV) before(ctx context.Context, write bool) (int64, error) {
 }
 
 // GetStream is refused after a regression; its responses are not checked
-// (the store does not stream ranges).
+// (the store streams only listing pages, at a revision it read through a
+// checked Get or a cursor: paging.go).
 func (k guardedKV) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
 	if err := k.g.refused(); err != nil {
 		return nil, err

@@ -128,6 +128,9 @@ type Store struct {
 	batch     *writeBatcher
 	usage     *usageWatches
 	groups    reserveGroups // group commit of reservations, per node lifecycle
+	// noStream is set once the server answered that it has no RangeStream
+	// (paging.go).
+	noStream atomic.Bool
 	// guard refuses every request once the cluster went back in time
 	// (regression.go).
 	guard *regressionGuard
