@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/etcdpage"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -62,7 +61,7 @@ func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h r
 	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	rest, err := etcdpage.Rest(rctx, s.kv, string(r.Kvs[len(r.Kvs)-1].Key), prefixEnd(s.keys.capacityNode(node, lifecycle)), resp.Header.Revision, capacityPage)
+	rest, err := s.readRest(rctx, string(r.Kvs[len(r.Kvs)-1].Key), prefixEnd(s.keys.capacityNode(node, lifecycle)), resp.Header.Revision, capacityPage)
 	if err != nil {
 		return nil, mapError(err, false)
 	}

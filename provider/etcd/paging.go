@@ -3,8 +3,10 @@ package etcd
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,4 +29,22 @@ func (s *Store) readPage(ctx context.Context, from, end string, rev, limit int64
 		}
 	}
 	return etcdpage.Read(ctx, s.kv, from, end, rev, limit, opts...)
+}
+
+// readRest reads every key after last up to end at rev: the rest of a range
+// a Txn read with a limit (a node's capacity entries past the first page).
+// Streamed, it costs the keys read; with etcdpage.Rest (a server without
+// RangeStream, or a chunk over the client's receive limit) each page also
+// walks the keys after it, as readPage explains.
+func (s *Store) readRest(ctx context.Context, last, end string, rev, pageSize int64) ([]*mvccpb.KeyValue, error) {
+	if !s.noStream.Load() {
+		p, err := etcdpage.Stream(ctx, s.kv, last+"\x00", end, rev, math.MaxInt64)
+		switch {
+		case errors.Is(err, etcdpage.ErrNoStream):
+			s.noStream.Store(true)
+		case err == nil || !etcdpage.TooLarge(err):
+			return p.Kvs, err
+		}
+	}
+	return etcdpage.Rest(ctx, s.kv, last, end, rev, pageSize)
 }

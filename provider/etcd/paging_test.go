@@ -107,11 +107,13 @@ func TestCapacityReadsEveryPage(t *testing.T) {
 		held = append(held, fxs[0].Reserve(authority.ObjectActor, fmt.Sprintf("a-%d", i), conformance.TargetA))
 	}
 	require.Equal(t, 0, etcdstore.WatchedNodes(stores[1]))
-	require.Equal(t, authority.CapacityUsage{Reserved: 10}, fxs[1].ActorUsage(conformance.NodeA))
 	ctx := context.Background()
 	res, err := stores[1].Reserve(ctx, fxs[1].ReserveRequest(authority.ObjectActor, "over", conformance.TargetA))
 	require.NoError(t, err)
 	require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+	etcdstore.CancelUsageWatches(stores[1])
+	require.Eventually(t, func() bool { return etcdstore.WatchedNodes(stores[1]) == 0 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, authority.CapacityUsage{Reserved: 10}, fxs[1].ActorUsage(conformance.NodeA)) // the pages again
 
 	abort(t, stores[0], held[3])
 	// a failed watch makes the next decision read the pages again
