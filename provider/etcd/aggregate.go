@@ -432,14 +432,16 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 		return s.aggregateCommitFailed(ctx, aggKey, tresp, rev, known)
 	}
 	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
+	tokens := map[authority.Key]int64{}
 	for _, n := range next {
-		n.modRev = tresp.Header.Revision
-		if n.ownerGen == 0 {
-			n.ownerGen = tresp.Header.Revision
+		moved := n.token == 0
+		n.written(tresp.Header.Revision)
+		if moved {
+			tokens[n.key] = n.token
 		}
 		s.remember(n)
 	}
-	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
+	return authority.CommitAggregateResult{Kind: authority.KindCommitted, OwnershipTokens: tokens}, nil
 }
 
 // commitRows returns the participants' rows at their expected versions,
@@ -516,7 +518,7 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *aggregateRecord, rev in
 		next[i] = n
 		if p.OwnerTransition != authority.TransitionNewOwner {
 			live(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
-			t.put(rowKey, n.encode(false))
+			t.put(rowKey, n.encode())
 			continue
 		}
 		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
@@ -536,8 +538,8 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.alloc = r.alloc.Clone()
 	n.alloc.Descriptor = req.TargetDescriptor
 	n.alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.ownerGen = 0 // resolved to this write's revision
-	t.put(rowKey, n.encode(true))
+	n.ownerGen, n.token = 0, 0 // a new owner: resolved to this write's revision
+	t.put(rowKey, n.encode())
 	if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
 		t.del(oldCap)
 		t.put(newCap, capacityValue(n.alloc.State, n.alloc.Capacity))

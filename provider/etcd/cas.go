@@ -47,9 +47,10 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 			return s.conflictNow(ctx, key)
 		}
 		next.owner = m.TargetOwner
+		next.token = 0 // a new owner lease: resolved to this write's revision
 		next.payload = m.Payload
 		t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, m.TargetOwner))
-		t.put(rowKey, next.encode(false))
+		t.put(rowKey, next.encode())
 		t.del(s.keys.ownerRow(cur.owner, key))
 		t.put(s.keys.ownerRow(next.owner, key), "")
 	case authority.MutationRestore:
@@ -57,11 +58,11 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 			return s.conflictNow(ctx, key)
 		}
 		next.payload = m.Payload
-		t.put(rowKey, next.encode(false))
+		t.put(rowKey, next.encode())
 	default: // put
 		t.cmp(s.rowOwnerLive(cur))
 		next.payload = m.Payload
-		t.put(rowKey, next.encode(false))
+		t.put(rowKey, next.encode())
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {
@@ -78,7 +79,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	if m.Kind == authority.MutationDelete {
 		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: version(resp.Header.Revision), StoreNow: now}, nil
 	}
-	next.modRev = resp.Header.Revision
+	next.written(resp.Header.Revision)
 	next.payload = append([]byte(nil), m.Payload...)
 	s.remember(next)
 	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.snapshot(now), StoreNow: now}, nil

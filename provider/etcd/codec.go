@@ -23,7 +23,8 @@ type row struct {
 	key       authority.Key
 	modRev    int64
 	createRev int64
-	ownerGen  int64
+	ownerGen  int64 // 0 until written: this write's revision
+	token     int64 // the ownership token; 0 until written: this write's revision
 	owner     authority.OwnerToken
 	alloc     authority.PlacementAllocation
 	pending   *authority.PendingCreation
@@ -48,7 +49,11 @@ type pendingWire struct {
 
 type rowWire struct {
 	// OwnerGen 0 means "the ModRevision of this value".
-	OwnerGen  int64        `json:"og,omitempty"`
+	OwnerGen int64 `json:"og,omitempty"`
+	// Token is the ownership token; 0 means "the ModRevision of this
+	// value". Absent in rows written before tokens existed: the token is
+	// then OwnerGen (see decodeRow).
+	Token     *int64       `json:"tk,omitempty"`
 	OwnerID   string       `json:"o"`
 	Lease     int64        `json:"l"`
 	State     string       `json:"st"`
@@ -105,17 +110,16 @@ func decodeCapacityValue(v []byte) (authority.AllocationState, authority.Capacit
 	return st, w.vector(), nil
 }
 
-// encode returns the stored value of r. sentinelOwnerGen stores the
-// "own ModRevision" sentinel instead of r.ownerGen (for owner-changing writes).
-func (r *row) encode(sentinelOwnerGen bool) string {
+// encode returns the stored value of r. An ownerGen or token of 0 is stored
+// as the "own ModRevision" sentinel: the write that changes the owner (or the
+// owner lease) sets it, and it reads back as that write's revision.
+func (r *row) encode() string {
+	token := r.token
 	w := rowWire{
-		OwnerGen: r.ownerGen, OwnerID: r.owner.OwnerID, Lease: r.owner.LeaseGeneration,
+		OwnerGen: r.ownerGen, Token: &token, OwnerID: r.owner.OwnerID, Lease: r.owner.LeaseGeneration,
 		State: string(r.alloc.State), Kind: string(r.alloc.ObjectKind), Stable: r.alloc.StableType,
 		Mesh: r.alloc.Descriptor.MeshName, RID: r.alloc.Descriptor.RID,
 		Lifecycle: r.alloc.DescriptorLifecycleGeneration, Capacity: encodeCapacity(r.alloc.Capacity),
-	}
-	if sentinelOwnerGen {
-		w.OwnerGen = 0
 	}
 	if p := r.pending; p != nil {
 		w.Pending = &pendingWire{ReservationID: p.ReservationID, Reference: p.RequestContentReference, SHA256: p.RequestSHA256, Size: p.RequestEncodedSize}
@@ -167,6 +171,17 @@ func decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
 		}
 		r.ownerGen = kv.ModRevision
 	}
+	switch {
+	case w.Token == nil: // written before tokens: the last owner change that set ownerGen
+		r.token = r.ownerGen
+	case *w.Token == 0:
+		r.token = kv.ModRevision
+	default:
+		r.token = *w.Token
+	}
+	if r.token > kv.ModRevision { // a token names this write or an earlier one
+		return nil, corrupt(string(kv.Key), errBadRow)
+	}
 	if p := w.Pending; p != nil {
 		r.pending = &authority.PendingCreation{ReservationID: p.ReservationID, RequestContentReference: p.Reference, RequestSHA256: p.SHA256, RequestEncodedSize: p.Size}
 	}
@@ -183,6 +198,7 @@ func (r *row) snapshot(now time.Time) *authority.Snapshot {
 		Payload:                  bytes.Clone(r.payload),
 		ObjectGeneration:         r.createRev,
 		AuthorityOwnerGeneration: r.ownerGen,
+		OwnershipToken:           r.token,
 		OwnerID:                  r.owner.OwnerID,
 		OwnerLeaseGeneration:     r.owner.LeaseGeneration,
 		Allocation:               r.alloc.Clone(),
@@ -201,6 +217,19 @@ func (r *row) next(rev int64) *row {
 	c := *r
 	c.modRev = rev
 	return &c
+}
+
+// written records that r was stored by the write at revision rev: its
+// ModRevision, and the "this write's revision" sentinels (ownerGen, token 0)
+// resolved as a read would resolve them.
+func (r *row) written(rev int64) {
+	r.modRev = rev
+	if r.ownerGen == 0 {
+		r.ownerGen = rev
+	}
+	if r.token == 0 {
+		r.token = rev
+	}
 }
 
 func version(rev int64) authority.StoreVersion {

@@ -57,7 +57,7 @@ func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
 	next.alloc.State = authority.AllocationActive
 	next.pending = nil
 	next.payload = append([]byte(nil), payload...)
-	t.put(s.keys.row(cur.key), next.encode(false))
+	t.put(s.keys.row(cur.key), next.encode())
 	t.put(s.keys.capacityRow(next.alloc, cur.key), capacityValue(next.alloc.State, next.alloc.Capacity))
 	s.touchCapacity(t, next.alloc)
 	return next
@@ -141,7 +141,7 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		}
 		return *out, nil
 	}
-	next.modRev = resp.Header.Revision
+	next.written(resp.Header.Revision)
 	s.remember(next)
 	return authority.CommitResult{Kind: authority.KindCommitted, Ready: next.snapshot(s.clock.Now())}, nil
 }
@@ -352,7 +352,7 @@ func (c *creationCompletion) send(ctx context.Context, cur *row, termRev int64) 
 	}
 	out := authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind), Terminal: record.Clone()}
 	if next != nil {
-		next.modRev = resp.Header.Revision
+		next.written(resp.Header.Revision)
 		s.remember(next)
 		out.Ready = next.snapshot(s.clock.Now())
 	}

@@ -30,9 +30,10 @@ func goldenAllocation(state authority.AllocationState) authority.PlacementAlloca
 }
 
 func goldenRow(state authority.AllocationState) *row {
-	r := &row{key: "user_spot/room-1", ownerGen: 7, owner: authority.OwnerToken{OwnerID: "owner-a", LeaseGeneration: 2},
+	r := &row{key: "user_spot/room-1", ownerGen: 7, token: 9, owner: authority.OwnerToken{OwnerID: "owner-a", LeaseGeneration: 2},
 		alloc: goldenAllocation(state), payload: []byte("payload \x00\xff")}
-	if state == authority.AllocationReserved {
+	if state == authority.AllocationReserved { // as a reserve writes it: this write's revision
+		r.ownerGen, r.token = 0, 0
 		r.pending = &authority.PendingCreation{ReservationID: "0123456789abcdef0123456789abcdef",
 			RequestContentReference: "content-1", RequestSHA256: bytes.Repeat([]byte{0xab}, 32), RequestEncodedSize: 9}
 	}
@@ -70,8 +71,8 @@ func goldenAggregate(state string) *aggregateRecord {
 // goldenValues are every kind of value the store writes, from fixed inputs.
 func goldenValues() map[string]string {
 	return map[string]string{
-		"row-reserved":        goldenRow(authority.AllocationReserved).encode(true),
-		"row-active":          goldenRow(authority.AllocationActive).encode(false),
+		"row-reserved":        goldenRow(authority.AllocationReserved).encode(),
+		"row-active":          goldenRow(authority.AllocationActive).encode(),
 		"capacity-entry":      capacityValue(authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
 		"reservation":         reservationRecord{State: reservationCommitted, ExpiresAt: goldenTime}.encode(),
 		"creation-terminal":   encodeTerminal(goldenTerminal()),
@@ -98,7 +99,9 @@ func TestStoredFormatGolden(t *testing.T) {
 			require.Equal(t, string(want), value, "the stored format of %s changed", name)
 		})
 	}
-	kv := func(value string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(value)} }
+	kv := func(value string) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(value), ModRevision: 12, CreateRevision: 5}
+	}
 	v := goldenValues()
 	active, err := decodeRow("user_spot/room-1", kv(v["row-active"]))
 	require.NoError(t, err)
@@ -135,4 +138,32 @@ func TestAggregateRecordFormat0StillDecodes(t *testing.T) {
 	require.ErrorIs(t, err, authority.ErrCorrupt)
 	_, err = decodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: []byte("not gob")})
 	require.ErrorIs(t, err, authority.ErrCorrupt)
+}
+
+// TestRowWithoutTokenStillDecodes: rows written before ownership tokens
+// existed (no "tk" field; golden files made by that code) decode, and read
+// the owner generation as their token — the revision of the last reserve or
+// aggregate move, which that code recorded — so the first write of this
+// code keeps that token, explicitly.
+func TestRowWithoutTokenStillDecodes(t *testing.T) {
+	for _, tc := range []struct {
+		state     authority.AllocationState
+		wantToken int64
+	}{
+		{authority.AllocationActive, 7},    // an explicit owner generation
+		{authority.AllocationReserved, 12}, // the sentinel: this value's ModRevision
+	} {
+		old, err := os.ReadFile(filepath.Join("testdata", "format", "row-"+string(tc.state)+".v0-no-token.golden"))
+		require.NoError(t, err)
+		require.NotContains(t, string(old), `"tk"`)
+		kv := &mvccpb.KeyValue{Key: []byte("k"), Value: old, ModRevision: 12, CreateRevision: 5}
+		r, err := decodeRow("user_spot/room-1", kv)
+		require.NoError(t, err, tc.state)
+		require.Equal(t, tc.wantToken, r.token, tc.state)
+		require.Equal(t, tc.wantToken, r.snapshot(goldenTime).OwnershipToken, tc.state)
+		require.Equal(t, r.ownerGen, r.token, tc.state)
+		again, err := decodeRow("user_spot/room-1", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(r.next(0).encode()), ModRevision: 20, CreateRevision: 5})
+		require.NoError(t, err)
+		require.Equal(t, tc.wantToken, again.token, "a same-owner write keeps the token")
+	}
 }

@@ -35,7 +35,7 @@ func requireCorrupt(t *testing.T, what string, err error) {
 // seedRow is a row with every field set.
 func seedRow() *row {
 	return &row{
-		key: "actor/a1", modRev: 7, createRev: 5, ownerGen: 6,
+		key: "actor/a1", modRev: 7, createRev: 5, ownerGen: 6, token: 7,
 		owner: authority.OwnerToken{OwnerID: "owner-a", LeaseGeneration: 2},
 		alloc: authority.PlacementAllocation{
 			State: authority.AllocationReserved, ObjectKind: authority.ObjectUserSpot, StableType: "type-a",
@@ -54,11 +54,13 @@ func seedRow() *row {
 // same row and re-encodes identically.
 func FuzzDecodeRow(f *testing.F) {
 	r := seedRow()
-	f.Add([]byte(r.encode(false)), int64(7), int64(5))
-	f.Add([]byte(r.encode(true)), int64(9), int64(5))
+	f.Add([]byte(r.encode()), int64(7), int64(5))
+	moved := *r
+	moved.ownerGen, moved.token = 0, 0
+	f.Add([]byte(moved.encode()), int64(9), int64(5))
 	active := *r
-	active.alloc.State, active.pending, active.payload = authority.AllocationActive, nil, nil
-	f.Add([]byte(active.encode(true)), int64(1), int64(1))
+	active.alloc.State, active.pending, active.payload, active.ownerGen = authority.AllocationActive, nil, nil, 0
+	f.Add([]byte(active.encode()), int64(1), int64(1))
 	f.Add([]byte{}, int64(0), int64(0))
 	f.Add([]byte{rowFormat}, int64(1), int64(1))
 	f.Add([]byte{rowFormat, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, int64(1), int64(1))
@@ -72,7 +74,7 @@ func FuzzDecodeRow(f *testing.F) {
 			return
 		}
 		_ = got.snapshot(time.Unix(0, 0))
-		enc := got.encode(false)
+		enc := got.encode()
 		again, err := decodeRow("actor/a1", &mvccpb.KeyValue{Key: kv.Key, Value: []byte(enc), ModRevision: modRev, CreateRevision: createRev})
 		if err != nil {
 			t.Fatalf("re-encoded row %q does not decode: %v", enc, err)
@@ -80,8 +82,8 @@ func FuzzDecodeRow(f *testing.F) {
 		if !reflect.DeepEqual(got, again) {
 			t.Fatalf("row changed through encode: %+v, then %+v", got, again)
 		}
-		if again.encode(false) != enc {
-			t.Fatalf("row encoding is not a fixed point: %q, then %q", enc, again.encode(false))
+		if again.encode() != enc {
+			t.Fatalf("row encoding is not a fixed point: %q, then %q", enc, again.encode())
 		}
 	})
 }
@@ -101,7 +103,7 @@ func FuzzRowRoundTrip(f *testing.F) {
 			}
 		}
 		r := &row{
-			key: "actor/a1", modRev: 11, createRev: 3, ownerGen: 4,
+			key: "actor/a1", modRev: 11, createRev: 3, ownerGen: 4, token: 10,
 			owner: authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: lease},
 			alloc: authority.PlacementAllocation{
 				State: authority.AllocationActive, ObjectKind: authority.ObjectKind(kind), StableType: stable,
@@ -125,7 +127,7 @@ func FuzzRowRoundTrip(f *testing.F) {
 				r.pending.RequestSHA256 = nil
 			}
 		}
-		kv := &mvccpb.KeyValue{Key: []byte(fuzzRowKey), Value: []byte(r.encode(false)), ModRevision: r.modRev, CreateRevision: r.createRev}
+		kv := &mvccpb.KeyValue{Key: []byte(fuzzRowKey), Value: []byte(r.encode()), ModRevision: r.modRev, CreateRevision: r.createRev}
 		got, err := decodeRow(r.key, kv)
 		if bad := storableRow(r); bad != nil {
 			// a row no operation can store is refused when read back
@@ -140,11 +142,14 @@ func FuzzRowRoundTrip(f *testing.F) {
 		if !reflect.DeepEqual(r, got) {
 			t.Fatalf("row round trip:\n got %+v\nwant %+v", got, r)
 		}
-		// the sentinel form resolves the owner generation to the ModRevision
-		kv.Value = []byte(r.encode(true))
+		// the sentinel form resolves the owner generation and the token to
+		// the ModRevision
+		moved := *r
+		moved.ownerGen, moved.token = 0, 0
+		kv.Value = []byte(moved.encode())
 		got, err = decodeRow(r.key, kv)
-		if err != nil || got.ownerGen != r.modRev {
-			t.Fatalf("sentinel owner generation: %+v, %v", got, err)
+		if err != nil || got.ownerGen != r.modRev || got.token != r.modRev {
+			t.Fatalf("sentinel owner generation and token: %+v, %v", got, err)
 		}
 	})
 }
@@ -260,7 +265,8 @@ func FuzzListCursor(f *testing.F) {
 	for _, k := range []string{"actor/a", "actor/b", "actor/c", "user_spot/a"} {
 		v := seedRow()
 		v.alloc.State = authority.AllocationActive
-		if _, err := client.Put(ctx, s.keys.row(authority.Key(k)), v.encode(true)); err != nil {
+		v.ownerGen, v.token = 0, 0 // this write's revision
+		if _, err := client.Put(ctx, s.keys.row(authority.Key(k)), v.encode()); err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -32,7 +32,7 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 	rowKey := s.keys.row(r.key)
 	t.cmp(modRevIs(rowKey, 0))
 	t.cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
-	t.put(rowKey, r.row.encode(true))
+	t.put(rowKey, r.row.encode())
 	t.put(s.keys.capacityRow(r.row.alloc, r.key), capacityValue(r.row.alloc.State, r.row.alloc.Capacity))
 	s.touchCapacity(t, r.row.alloc)
 	t.put(s.keys.ownerRow(r.target.Owner, r.key), "")
@@ -92,8 +92,9 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		}
 		return s.reserveRefused(req, cur), nil
 	}
-	created := res.row.next(resp.Header.Revision)
-	created.createRev, created.ownerGen = resp.Header.Revision, resp.Header.Revision
+	created := res.row.next(0)
+	created.written(resp.Header.Revision)
+	created.createRev = resp.Header.Revision
 	s.remember(created)
 	return authority.ReserveResult{
 		Kind:          authority.KindReserved,

@@ -512,8 +512,9 @@ func (g *groupRun) committed(r groupRound, waiting []int, epoch, rev int64) {
 	for _, i := range waiting {
 		switch r.decisions[i] {
 		case decideAdmitted:
-			created := g.batch[i].res.row.next(rev)
-			created.createRev, created.ownerGen = rev, rev
+			created := g.batch[i].res.row.next(0)
+			created.written(rev)
+			created.createRev = rev
 			s.remember(created)
 			g.outs[i].out = authority.ReserveResult{
 				Kind:          authority.KindReserved,

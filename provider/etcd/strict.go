@@ -95,8 +95,8 @@ func (w *rowWire) check() error {
 			return err
 		}
 	}
-	if w.OwnerGen < 0 || w.Lease < 0 {
-		return errors.New("negative owner generation or lease generation")
+	if w.OwnerGen < 0 || w.Lease < 0 || (w.Token != nil && *w.Token < 0) {
+		return errors.New("negative owner generation, lease generation or ownership token")
 	}
 	if p := w.Pending; p != nil {
 		if err := storedText(p.ReservationID, "reservation ID"); err != nil {
