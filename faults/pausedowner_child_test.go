@@ -1,15 +1,11 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,10 +68,7 @@ func runPausedOwnerIfRequested() {
 		fmt.Fprintf(os.Stderr, "paused owner: bad %s: %v\n", envPausedOwner, err)
 		os.Exit(2)
 	}
-	go func() { // the parent holds our standard input open
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	}()
+	exitOnStdinClose()
 	if err := runPausedOwner(cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "paused owner: %v\n", err)
 		os.Exit(1)
@@ -112,23 +105,10 @@ type pausedOwner struct {
 // runPausedOwner acquires a lease, places the owner's rows, reports them,
 // then writes until it is ended, never looking at its lease's Done.
 func runPausedOwner(cfg pausedOwnerConfig) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	st, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Namespace: cfg.Namespace, RequestTimeout: requestTimeout, SkipVersionCheck: true})
-	if err != nil {
-		return err
-	}
-	var lease *etcdstore.OwnerLease
 	ownerID := "paused-owner-" + cfg.Tag
-	if err := childRetry(func(ctx context.Context) error {
-		lease, err = st.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, ownerID, cfg.TTL)
+	st, lease, err := childOwner(cfg.Endpoints, cfg.Namespace, ownerID, conformance.NodeA, cfg.TTL)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("acquire: %w", err)
 	}
 	o := &pausedOwner{st: st, tgt: conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lease.Token()),
 		versions: map[string]authority.StoreVersion{}, out: json.NewEncoder(os.Stdout), marker: pausedOwnerMarker(cfg.Tag)}
@@ -163,12 +143,45 @@ func runPausedOwner(cfg pausedOwnerConfig) error {
 	}
 }
 
+// childOwner connects a child process to the cluster at endpoints and
+// acquires an owner lease of ownerID on node through a store on namespace.
+func childOwner(endpoints []string, namespace, ownerID string, node authority.NodeDescriptor, ttl time.Duration) (*etcdstore.Store, *etcdstore.OwnerLease, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	st, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Namespace: namespace, RequestTimeout: requestTimeout, SkipVersionCheck: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	var lease *etcdstore.OwnerLease
+	if err := childRetry(func(ctx context.Context) error {
+		lease, err = st.Registry().Acquire(ctx, node, conformance.NodeLifecycle, ownerID, ttl)
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("acquire: %w", err)
+	}
+	return st, lease, nil
+}
+
 // place reserves and commits the active row id.
 func (o *pausedOwner) place(id string) error {
-	req := reserveRequest(authority.ObjectUserSpot, id, o.tgt, id+"-creating")
+	ready, err := placeActive(o.st, o.tgt, id)
+	if err == nil {
+		o.versions[id] = ready.StoreVersion
+	}
+	return err
+}
+
+// placeActive reserves and commits the active User Spot id on tgt (in a
+// child process: retrying transient errors) and returns the Ready row.
+func placeActive(st *etcdstore.Store, tgt authority.CreationTarget, id string) (*authority.Snapshot, error) {
+	req := reserveRequest(authority.ObjectUserSpot, id, tgt, id+"-creating")
 	var r reservation
 	if err := childRetry(func(ctx context.Context) error {
-		res, err := o.st.Reserve(ctx, req)
+		res, err := st.Reserve(ctx, req)
 		if err == nil && res.Kind != authority.KindReserved {
 			return fmt.Errorf("reserve %s: %s", id, res.Kind)
 		}
@@ -177,18 +190,20 @@ func (o *pausedOwner) place(id string) error {
 		}
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	return childRetry(func(ctx context.Context) error {
-		res, err := o.st.Commit(ctx, r.commit(id+"-ready"))
+	var ready *authority.Snapshot
+	err := childRetry(func(ctx context.Context) error {
+		res, err := st.Commit(ctx, r.commit(id+"-ready"))
 		if err == nil && res.Kind != authority.KindCommitted {
 			return fmt.Errorf("commit %s: %s", id, res.Kind)
 		}
 		if err == nil {
-			o.versions[id] = res.Ready.StoreVersion
+			ready = res.Ready
 		}
 		return err
 	})
+	return ready, err
 }
 
 // writeOnce tries the next of the owner's writes, each with what it knows
@@ -238,48 +253,20 @@ func (o *pausedOwner) writeOnce(rows []string) {
 
 // pausedOwnerProc is the test's handle on an owner process.
 type pausedOwnerProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
+	*childProc
 	ready  pausedOwnerLine
 	mu     sync.Mutex
 	writes []pausedOwnerLine
 	more   chan struct{} // signalled on each write line
-	exited chan struct{}
 }
 
 // startPausedOwner starts an owner process and waits until its rows are
 // placed. t's cleanup kills it.
 func startPausedOwner(t *testing.T, cfg pausedOwnerConfig) *pausedOwnerProc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envPausedOwner+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pausedOwnerProc{cmd: cmd, more: make(chan struct{}, 1), exited: make(chan struct{})}
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-	})
+	p := &pausedOwnerProc{more: make(chan struct{}, 1)}
 	readyCh := make(chan pausedOwnerLine, 1)
-	go p.read(stdout, readyCh)
+	p.childProc = startChild(t, envPausedOwner, cfg, func(line []byte) { p.onLine(line, readyCh) })
 	select {
 	case p.ready = <-readyCh:
 		return p
@@ -291,30 +278,24 @@ func startPausedOwner(t *testing.T, cfg pausedOwnerConfig) *pausedOwnerProc {
 	return nil
 }
 
-// read collects the owner's lines until it exits.
-func (p *pausedOwnerProc) read(stdout io.Reader, ready chan<- pausedOwnerLine) {
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		var l pausedOwnerLine
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
-		}
-		switch l.Event {
-		case "ready":
-			ready <- l
-		case "write":
-			p.mu.Lock()
-			p.writes = append(p.writes, l)
-			p.mu.Unlock()
-			select {
-			case p.more <- struct{}{}:
-			default:
-			}
+// onLine takes one line of the owner.
+func (p *pausedOwnerProc) onLine(raw []byte, ready chan<- pausedOwnerLine) {
+	var l pausedOwnerLine
+	if json.Unmarshal(raw, &l) != nil {
+		return
+	}
+	switch l.Event {
+	case "ready":
+		ready <- l
+	case "write":
+		p.mu.Lock()
+		p.writes = append(p.writes, l)
+		p.mu.Unlock()
+		select {
+		case p.more <- struct{}{}:
+		default:
 		}
 	}
-	_, _ = io.Copy(io.Discard, stdout)
-	_ = p.cmd.Wait()
-	close(p.exited)
 }
 
 // waitWrites waits until the owner reported n writes.
@@ -344,24 +325,5 @@ func (p *pausedOwnerProc) waitWritesAfter(t *testing.T, from time.Time, n int) [
 		case <-deadline:
 			t.Fatalf("the owner process reported %d writes after %v, want %d", len(after), from, n)
 		}
-	}
-}
-
-// signal sends sig to the owner process.
-func (p *pausedOwnerProc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v: %v", sig, err)
-	}
-}
-
-// stop ends the owner process (its standard input closes) and waits for it.
-func (p *pausedOwnerProc) stop(t *testing.T) {
-	t.Helper()
-	_ = p.stdin.Close()
-	select {
-	case <-p.exited:
-	case <-time.After(settleTimeout):
-		t.Fatal("the owner process did not end")
 	}
 }
