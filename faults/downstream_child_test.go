@@ -102,21 +102,7 @@ func downstreamWrite(ctx context.Context, db *sql.DB, guard *fencing.Guard, key,
 // runDownstreamWriterIfRequested runs the writer and exits when the process
 // was started as one; otherwise it returns at once.
 func runDownstreamWriterIfRequested() {
-	raw, ok := os.LookupEnv(envDownstreamWriter)
-	if !ok {
-		return
-	}
-	var cfg downstreamConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "downstream writer: bad %s: %v\n", envDownstreamWriter, err)
-		os.Exit(2)
-	}
-	exitOnStdinClose()
-	if err := runDownstreamWriter(cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "downstream writer: %v\n", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runChildIfRequested(envDownstreamWriter, "downstream writer", runDownstreamWriter)
 }
 
 // runDownstreamWriter acquires a lease, places its objects, creates their

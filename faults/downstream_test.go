@@ -3,12 +3,10 @@ package faults_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -254,68 +252,17 @@ func (e *downstreamEnv) staleWrites(t *testing.T, keys []string) int {
 	return n
 }
 
-// downstreamProc is the test's handle on a writer process.
+// downstreamProc is the test's handle on a writer process: its lines are
+// its transactions.
 type downstreamProc struct {
-	*childProc
-	ready  downstreamLine
-	mu     sync.Mutex
-	writes []downstreamLine
-	more   chan struct{}
+	*lineChild[downstreamLine]
 }
 
 // startDownstreamWriter starts a writer process and waits until its objects
 // are placed.
 func startDownstreamWriter(t *testing.T, cfg downstreamConfig) *downstreamProc {
 	t.Helper()
-	p := &downstreamProc{more: make(chan struct{}, 1)}
-	readyCh := make(chan downstreamLine, 1)
-	p.childProc = startChild(t, envDownstreamWriter, cfg, func(raw []byte) {
-		var l downstreamLine
-		if json.Unmarshal(raw, &l) != nil {
-			return
-		}
-		if l.Event == "ready" {
-			readyCh <- l
-			return
-		}
-		p.mu.Lock()
-		p.writes = append(p.writes, l)
-		p.mu.Unlock()
-		select {
-		case p.more <- struct{}{}:
-		default:
-		}
-	})
-	select {
-	case p.ready = <-readyCh:
-		return p
-	case <-p.exited:
-		t.Fatal("the writer process exited before it was ready")
-	case <-time.After(settleTimeout):
-		t.Fatal("the writer process was not ready in time")
-	}
-	return nil
-}
-
-// waitFor waits until done holds for the writes reported so far.
-func (p *downstreamProc) waitFor(t *testing.T, what string, done func([]downstreamLine) bool) {
-	t.Helper()
-	deadline := time.After(settleTimeout)
-	for {
-		p.mu.Lock()
-		ok := done(p.writes)
-		p.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-p.more:
-		case <-p.exited:
-			t.Fatalf("the writer process exited before %s", what)
-		case <-deadline:
-			t.Fatalf("the writer process did not report %s in time", what)
-		}
-	}
+	return &downstreamProc{startLineChild(t, envDownstreamWriter, cfg, func(l downstreamLine) bool { return l.Event == "ready" })}
 }
 
 // waitCommitted waits until every key has a committed write.
@@ -357,10 +304,8 @@ func (p *downstreamProc) waitBegunAfter(t *testing.T, from time.Time, keys []str
 // transaction began, inside one before its write, or after its write), the
 // writes refused after the wake, and the in-flight ones that did not commit.
 func (p *downstreamProc) classify(frozen, woke time.Time, out *downstreamTally) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	phase := map[string]string{}
-	for _, w := range p.writes {
+	for _, w := range p.collected() {
 		switch {
 		case w.Begin < frozen.UnixNano() && w.End > woke.UnixNano(): // in flight across the freeze
 			phase[w.Key] = "in-transaction"

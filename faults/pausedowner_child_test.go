@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,21 +58,7 @@ func pausedOwnerMarker(tag string) string { return "paused-" + tag + "-w" }
 // runPausedOwnerIfRequested runs the paused-owner child and exits when the
 // process was started as one; otherwise it returns at once.
 func runPausedOwnerIfRequested() {
-	raw, ok := os.LookupEnv(envPausedOwner)
-	if !ok {
-		return
-	}
-	var cfg pausedOwnerConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "paused owner: bad %s: %v\n", envPausedOwner, err)
-		os.Exit(2)
-	}
-	exitOnStdinClose()
-	if err := runPausedOwner(cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "paused owner: %v\n", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runChildIfRequested(envPausedOwner, "paused owner", runPausedOwner)
 }
 
 // childRetry retries fn until it returns nil or a non-transient error, for
@@ -251,51 +236,17 @@ func (o *pausedOwner) writeOnce(rows []string) {
 	_ = o.out.Encode(line)
 }
 
-// pausedOwnerProc is the test's handle on an owner process.
+// pausedOwnerProc is the test's handle on an owner process: its lines are
+// its writes.
 type pausedOwnerProc struct {
-	*childProc
-	ready  pausedOwnerLine
-	mu     sync.Mutex
-	writes []pausedOwnerLine
-	more   chan struct{} // signalled on each write line
+	*lineChild[pausedOwnerLine]
 }
 
 // startPausedOwner starts an owner process and waits until its rows are
 // placed. t's cleanup kills it.
 func startPausedOwner(t *testing.T, cfg pausedOwnerConfig) *pausedOwnerProc {
 	t.Helper()
-	p := &pausedOwnerProc{more: make(chan struct{}, 1)}
-	readyCh := make(chan pausedOwnerLine, 1)
-	p.childProc = startChild(t, envPausedOwner, cfg, func(line []byte) { p.onLine(line, readyCh) })
-	select {
-	case p.ready = <-readyCh:
-		return p
-	case <-p.exited:
-		t.Fatal("the owner process exited before it was ready")
-	case <-time.After(settleTimeout):
-		t.Fatal("the owner process was not ready in time")
-	}
-	return nil
-}
-
-// onLine takes one line of the owner.
-func (p *pausedOwnerProc) onLine(raw []byte, ready chan<- pausedOwnerLine) {
-	var l pausedOwnerLine
-	if json.Unmarshal(raw, &l) != nil {
-		return
-	}
-	switch l.Event {
-	case "ready":
-		ready <- l
-	case "write":
-		p.mu.Lock()
-		p.writes = append(p.writes, l)
-		p.mu.Unlock()
-		select {
-		case p.more <- struct{}{}:
-		default:
-		}
-	}
+	return &pausedOwnerProc{startLineChild(t, envPausedOwner, cfg, func(l pausedOwnerLine) bool { return l.Event == "ready" })}
 }
 
 // waitWrites waits until the owner reported n writes.
@@ -305,25 +256,15 @@ func (p *pausedOwnerProc) waitWrites(t *testing.T, n int) { p.waitWritesAfter(t,
 // from, and returns them.
 func (p *pausedOwnerProc) waitWritesAfter(t *testing.T, from time.Time, n int) []pausedOwnerLine {
 	t.Helper()
-	deadline := time.After(settleTimeout)
-	for {
-		var after []pausedOwnerLine
-		p.mu.Lock()
-		for _, w := range p.writes {
+	var after []pausedOwnerLine
+	p.waitFor(t, fmt.Sprintf("%d writes after %v", n, from), func(ws []pausedOwnerLine) bool {
+		after = after[:0]
+		for _, w := range ws {
 			if w.Start > from.UnixNano() {
 				after = append(after, w)
 			}
 		}
-		p.mu.Unlock()
-		if len(after) >= n {
-			return after
-		}
-		select {
-		case <-p.more:
-		case <-p.exited:
-			t.Fatal("the owner process exited")
-		case <-deadline:
-			t.Fatalf("the owner process reported %d writes after %v, want %d", len(after), from, n)
-		}
-	}
+		return len(after) >= n
+	})
+	return after
 }
