@@ -27,7 +27,7 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	prefix := s.keys.ownerRowsPrefix(owner)
+	prefix := s.keys.OwnerRowsPrefix(owner)
 	batch := max(1, s.maxOps/opsPerRemovedRow)
 	var removed int64
 	// from moves past each removed batch: etcd walks the tombstones of the
@@ -54,7 +54,7 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 		gets := make([]clientv3.Op, len(idx.Kvs))
 		for i, kv := range idx.Kvs {
 			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
-			gets[i] = opGet(s.keys.row(keys[i]))
+			gets[i] = opGet(s.keys.Row(keys[i]))
 		}
 		got, err := s.readInParts(ctx, gets)
 		if err != nil {
@@ -93,22 +93,22 @@ func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.K
 		if err != nil {
 			return nil, 0, err
 		}
-		rowKey := s.keys.row(key)
-		if r == nil || r.owner != owner {
+		rowKey := s.keys.Row(key)
+		if r == nil || r.Owner != owner {
 			// a stale index entry (cannot happen through this store)
 			var rev int64
 			if r != nil {
-				rev = r.modRev
+				rev = r.ModRev
 			}
 			t.cmp(modRevIs(rowKey, rev))
-			t.del(s.keys.ownerRow(owner, key))
+			t.del(s.keys.OwnerRow(owner, key))
 			continue
 		}
-		t.cmp(modRevIs(rowKey, r.modRev))
+		t.cmp(modRevIs(rowKey, r.ModRev))
 		t.del(rowKey)
-		t.del(s.keys.capacityRow(r.alloc, key))
-		s.touchCapacity(t, r.alloc)
-		t.del(s.keys.ownerRow(owner, key))
+		t.del(s.keys.CapacityRow(r.Alloc, key))
+		s.touchCapacity(t, r.Alloc)
+		t.del(s.keys.OwnerRow(owner, key))
 		n++
 	}
 	return t, n, nil

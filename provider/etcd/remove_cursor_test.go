@@ -11,6 +11,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -45,7 +46,7 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 	for i := range rows {
 		fx.Active(authority.ObjectUserSpot, fmt.Sprintf("rm-%02d", i), conformance.TargetA)
 	}
-	prefix := etcdstore.Prefix(s.Namespace(), etcdstore.EntryOwnerIndex)
+	prefix := schema.Prefix(s.Namespace(), schema.EntryOwnerIndex)
 	rec.mu.Lock()
 	rec.starts = nil
 	rec.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -287,10 +288,10 @@ func scaleFootprint(t *testing.T, ss *scaleServer, n int) {
 		t.Fatal(err)
 	}
 	figure(t, n, "keys per row", "%.3f (%d keys)", float64(all.Count)/float64(n), all.Count)
-	for k := etcdstore.EntryRow; k <= etcdstore.EntryCapacityEpoch; k++ {
-		keys, bytes := scaleSegment(t, c, etcdstore.Prefix(scaleNS, k))
+	for k := schema.EntryRow; k <= schema.EntryCapacityEpoch; k++ {
+		keys, bytes := scaleSegment(t, c, schema.Prefix(scaleNS, k))
 		if keys > 0 {
-			figure(t, n, "segment "+strings.TrimPrefix(etcdstore.Prefix(scaleNS, k), scaleNS), "%d keys, %.1f B key+value per row", keys, float64(bytes)/float64(n))
+			figure(t, n, "segment "+strings.TrimPrefix(schema.Prefix(scaleNS, k), scaleNS), "%d keys, %.1f B key+value per row", keys, float64(bytes)/float64(n))
 		}
 	}
 	before, err := c.Status(ctx, ss.srv.Endpoint())
@@ -531,7 +532,7 @@ func scaleUsage(t *testing.T, ss *scaleServer, n, big int) {
 // real epoch key under lifecycles of a node with no capacity).
 func scalePrune(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 	ctx := context.Background()
-	prefix := etcdstore.Prefix(scaleNS, etcdstore.EntryCapacityEpoch)
+	prefix := schema.Prefix(scaleNS, schema.EntryCapacityEpoch)
 	one, err := ss.c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(1))
 	if err != nil || len(one.Kvs) != 1 {
 		t.Fatalf("no epoch to copy: %v", err)
