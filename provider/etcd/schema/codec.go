@@ -95,6 +95,8 @@ func EncodeCapacityEntry(state authority.AllocationState, c authority.CapacityVe
 	return string(b)
 }
 
+// DecodeCapacityEntry decodes a capacity entry strictly: its allocation
+// state and the capacity it holds.
 func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.CapacityVector, error) {
 	var w capacityEntryWire
 	if err := decodeStrict(v, &w); err != nil {
@@ -232,6 +234,8 @@ func (r *Row) Written(rev int64) {
 	}
 }
 
+// Version is the StoreVersion of the row value written at revision rev
+// ("" for 0: no row).
 func Version(rev int64) authority.StoreVersion {
 	if rev == 0 {
 		return ""
@@ -310,6 +314,7 @@ type terminalWire struct {
 	StoreNow    time.Time     `json:"now"`
 }
 
+// EncodeTerminal returns the stored value of a creation terminal.
 func EncodeTerminal(t *authority.TerminalRecord) string {
 	b, _ := json.Marshal(terminalWire{
 		State: string(t.State), Operation: encodeOperation(t.Operation), Reservation: t.ReservationID, Kind: string(t.ObjectKind),
@@ -318,6 +323,7 @@ func EncodeTerminal(t *authority.TerminalRecord) string {
 	return string(b)
 }
 
+// DecodeTerminal decodes a creation terminal strictly.
 func DecodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
 	var w terminalWire
 	if err := decodeStrict(kv.Value, &w); err != nil {
@@ -385,6 +391,7 @@ type participantWire struct {
 	Mutation   []byte `json:"mm,omitempty"`
 }
 
+// Encode returns the stored value of a, in format 1.
 func (a *AggregateRecord) Encode() string {
 	b, _ := json.Marshal(a.wire())
 	return aggregateFormat1 + string(b)
@@ -404,6 +411,8 @@ func (a *AggregateRecord) wire() *aggregateWire {
 	return &w
 }
 
+// DecodeAggregate decodes an aggregate record of format 1, or of format 0
+// (gob), strictly.
 func DecodeAggregate(kv *mvccpb.KeyValue) (*AggregateRecord, error) {
 	rest, ok := bytes.CutPrefix(kv.Value, []byte(aggregateFormat1))
 	if !ok {
@@ -474,6 +483,7 @@ func DecodeLiveness(value []byte) (Liveness, error) {
 	return v, v.check()
 }
 
+// Encode returns the stored value of l.
 func (l Liveness) Encode() string {
 	b, _ := json.Marshal(l)
 	return string(b)

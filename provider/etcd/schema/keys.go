@@ -37,11 +37,22 @@ func esc(s string) string { return url.PathEscape(s) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func (l Layout) RowsPrefix() string             { return l.ns + SegRows + "/" }
-func (l Layout) Row(key authority.Key) string   { return l.ns + SegRows + "/" + string(key) }
+// RowsPrefix is the prefix of every authority row.
+func (l Layout) RowsPrefix() string { return l.ns + SegRows + "/" }
+
+// Row is the key of the authority row of key.
+func (l Layout) Row(key authority.Key) string { return l.ns + SegRows + "/" + string(key) }
+
+// OwnerGen is the key holding the last lease generation handed to an owner.
 func (l Layout) OwnerGen(ownerID string) string { return l.ns + SegOwnerGens + "/" + esc(ownerID) }
-func (l Layout) Reservation(id string) string   { return l.ns + SegReservations + "/" + esc(id) }
-func (l Layout) Blob(id string) string          { return l.ns + SegBlobs + "/" + id }
+
+// Reservation is the key of a reservation terminal.
+func (l Layout) Reservation(id string) string { return l.ns + SegReservations + "/" + esc(id) }
+
+// Blob is the key of a relocation blob.
+func (l Layout) Blob(id string) string { return l.ns + SegBlobs + "/" + id }
+
+// Terminal is the key of a creation terminal.
 func (l Layout) Terminal(op authority.CreationOperation) string {
 	return l.ns + SegTerminals + "/" + op.Key()
 }
@@ -52,18 +63,24 @@ func (l Layout) LivenessPrefix(owner authority.OwnerToken) string {
 	return l.ns + SegOwners + "/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
 }
 
+// Liveness is the liveness key of an owner lease generation on a node
+// lifecycle (attached to the owner's etcd lease).
 func (l Layout) Liveness(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) string {
 	return l.LivenessPrefix(owner) + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
 }
 
+// OwnerRowsPrefix is the prefix of the owner index entries of an owner
+// lease generation.
 func (l Layout) OwnerRowsPrefix(owner authority.OwnerToken) string {
 	return l.ns + SegOwnerRows + "/" + esc(owner.OwnerID) + "/" + itoa(owner.LeaseGeneration) + "/"
 }
 
+// OwnerRow is the owner index entry of the row key held by owner.
 func (l Layout) OwnerRow(owner authority.OwnerToken, key authority.Key) string {
 	return l.OwnerRowsPrefix(owner) + string(key)
 }
 
+// Aggregate is the key of an aggregate record.
 func (l Layout) Aggregate(f authority.Fence) string {
 	return l.ns + SegAggregates + "/" + esc(f.AggregateID) + "/" + itoa(f.AggregateGeneration)
 }
