@@ -114,3 +114,11 @@ func DrawBlobReferences(t interface{ Cleanup(func()) }, refs ...string) {
 	}
 	t.Cleanup(func() { newBlobReference = old })
 }
+
+// SetRemoveIndexPage sets how many owner index entries RemoveAllByOwner
+// reads at once, until the test ends.
+func SetRemoveIndexPage(t interface{ Cleanup(func()) }, n int) {
+	old := removeIndexPage
+	removeIndexPage = n
+	t.Cleanup(func() { removeIndexPage = old })
+}

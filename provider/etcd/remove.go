@@ -17,6 +17,14 @@ import (
 // its node's capacity epoch.
 const opsPerRemovedRow = 4
 
+// removeIndexPage is how many owner index entries RemoveAllByOwner reads
+// at once (keys only, about 100 bytes each). etcd counts every key of a
+// limited range up to its end, so each read walks the owner's remaining
+// index: reading one Txn batch at a time made removal quadratic in the
+// owner's rows (100k rows at 712 rows/s). A page is removed in Txn-sized
+// batches before the next read.
+var removeIndexPage = 2048
+
 // removeAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
 // by its ModRevision. It returns how many rows it removed.
@@ -32,13 +40,14 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	var removed int64
 	// from moves past each removed batch: etcd walks the tombstones of the
 	// deleted index entries in a range until compaction, so reading from
-	// the prefix every time would cost each batch all the batches before it
+	// the prefix every time would cost each read all the batches before it
 	// (quadratic in the owner's rows). A pass that reaches the end reads
 	// once more from the prefix, for rows added behind it meanwhile.
 	from := prefix
-	for failures := 0; failures < maxAttempts; {
+	failures := 0
+	for {
 		rctx, cancel := s.requestContext(ctx)
-		idx, err := s.kv.Get(rctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
+		idx, err := s.kv.Get(rctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(removeIndexPage)))
 		cancel()
 		if err != nil {
 			return removed, mapError(err, false)
@@ -51,35 +60,55 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 			continue
 		}
 		keys := make([]authority.Key, len(idx.Kvs))
-		gets := make([]clientv3.Op, len(idx.Kvs))
 		for i, kv := range idx.Kvs {
 			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
-			gets[i] = opGet(s.keys.Row(keys[i]))
+		}
+		n, done, err := s.removeIndexed(ctx, owner, keys, batch, &failures)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+		from = prefix + string(keys[done-1]) + "\x00"
+	}
+}
+
+// removeIndexed removes owner's rows at keys (one page of its index, in
+// order) in Txns of batch rows, and returns how many rows it removed and
+// how many keys it got through. A Txn that failed because a row changed
+// between its read and the Txn is tried again, re-read, until failures
+// reaches maxAttempts over the whole removal.
+func (s *Store) removeIndexed(ctx context.Context, owner authority.OwnerToken, keys []authority.Key, batch int, failures *int) (removed int64, done int, err error) {
+	for done < len(keys) {
+		part := keys[done:min(done+batch, len(keys))]
+		gets := make([]clientv3.Op, len(part))
+		for i, key := range part {
+			gets[i] = opGet(s.keys.Row(key))
 		}
 		got, err := s.readInParts(ctx, gets)
 		if err != nil {
-			return removed, err
+			return removed, done, err
 		}
-		t, n, err := s.buildOwnerRemoval(owner, keys, got)
+		t, n, err := s.buildOwnerRemoval(owner, part, got)
 		if err != nil {
-			return removed, err
+			return removed, done, err
 		}
 		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
 			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
-			return removed, err
+			return removed, done, err
 		}
-		if resp.Succeeded {
-			removed += n
-			from = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
-		} else {
-			// a row changed between the read and the Txn: read again
-			failures++
+		if !resp.Succeeded { // a row changed between the read and the Txn: read again
+			if *failures++; *failures >= maxAttempts {
+				return removed, done, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+			}
+			continue
 		}
+		removed += n
+		done += len(part)
 	}
-	return removed, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+	return removed, done, nil
 }
 
 // buildOwnerRemoval builds the Txn that removes owner's rows at keys, as

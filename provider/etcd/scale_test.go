@@ -31,7 +31,9 @@ import (
 //
 //	AUTHORITY_SCALE=1 go test -count=1 -timeout=2h -run TestScale -v ./provider/etcd/
 //
-// AUTHORITY_SCALE_ROWS sets the sizes (default 10000,100000). Each size is
+// AUTHORITY_SCALE_ROWS sets the sizes (default 10000,100000);
+// AUTHORITY_SCALE_OWNERS the number of regular owners and nodes (default
+// 100: fewer put more capacity entries on each node). Each size is
 // filled through the store on an embedded etcd with fsync off, then the
 // server restarts on the same data with fsync on and every phase is timed.
 func TestScale(t *testing.T) {
@@ -49,6 +51,13 @@ func TestScale(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
+	if v := os.Getenv("AUTHORITY_SCALE_OWNERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("AUTHORITY_SCALE_OWNERS: %q is not a count >= 1", v)
+		}
+		scaleOwners = n
+	}
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) { scaleRun(t, n) })
 	}
@@ -57,8 +66,10 @@ func TestScale(t *testing.T) {
 // The fill's shape: scaleOwners owners on as many nodes hold the regular
 // rows; the owner "big" holds n/10 rows on its own node (rebound, resynced
 // and removed as a whole), the owner "rm" holds scaleRemoveSmall rows.
+// scaleOwners is the number of regular owners (AUTHORITY_SCALE_OWNERS).
+var scaleOwners = 100
+
 const (
-	scaleOwners      = 100
 	scaleRemoveSmall = 1000
 	scaleClients     = 64
 	scalePairs       = 2000
@@ -424,6 +435,7 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 	figure(t, n, "raw etcd Txn baseline, 64 clients", "%.0f Txns/s", scalePairs/d.Seconds())
 	rev0, _ := ss.c.Get(ctx, "x")
 	sent0 := ss.sent.Load()
+	watches0, _ := etcdstore.UsageWatchCounts(s)
 	d = timed(t, func() error {
 		return parallel(scalePairs, scaleClients, func(i int) error {
 			_, err := scaleReserveCommit(ctx, s, 2, fmt.Sprintf("w%08d", i), scaleTarget("o"+strconv.Itoa(i%scaleOwners), 1))
@@ -431,8 +443,9 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 		})
 	})
 	rev1, _ := ss.c.Get(ctx, "x")
-	figure(t, n, "reserve+commit Spot, 64 clients", "%.0f pairs/s; %.0f request B/pair (64 B payload); %.2f revisions/pair",
-		scalePairs/d.Seconds(), float64(ss.sent.Load()-sent0)/scalePairs, float64(rev1.Header.Revision-rev0.Header.Revision)/scalePairs)
+	watches1, _ := etcdstore.UsageWatchCounts(s)
+	figure(t, n, "reserve+commit Spot, 64 clients", "%.0f pairs/s; %.0f request B/pair (64 B payload); %.2f revisions/pair; %d usage watch restarts (a decision that read its node's whole range)",
+		scalePairs/d.Seconds(), float64(ss.sent.Load()-sent0)/scalePairs, float64(rev1.Header.Revision-rev0.Header.Revision)/scalePairs, watches1-watches0)
 	keys := make([]authority.Key, scaleClients)
 	versions := make([]authority.StoreVersion, scaleClients)
 	for i := range scaleClients {
