@@ -17,7 +17,7 @@ import (
 // rowFormat is the first byte of every encoded row value.
 const rowFormat byte = 1
 
-// Row is one decoded state of one authority Row: an immutable value once
+// Row is one decoded state of one authority row: an immutable value once
 // built (the cache hands the same pointer to concurrent readers).
 type Row struct {
 	Key       authority.Key
@@ -112,7 +112,7 @@ func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.Capacit
 	return st, w.vector(), nil
 }
 
-// Encode returns the stored value of r. An ownerGen or token of 0 is stored
+// Encode returns the stored value of r. An OwnerGen or Token of 0 is stored
 // as the "own ModRevision" sentinel: the write that changes the owner (or the
 // owner lease) sets it, and it reads back as that write's revision.
 func (r *Row) Encode() string {
