@@ -133,6 +133,13 @@ type PrepareAggregateResult struct {
 // KindAlreadyCommitted, KindStale or KindGenerationExhausted.
 type CommitAggregateResult struct {
 	Kind ResultKind
+	// OwnershipTokens holds, for KindCommitted, the new ownership token
+	// (Snapshot.OwnershipToken) of every participant the commit moved to
+	// the target owner (TransitionNewOwner), by key: the tokens the new
+	// owner fences its effects with. Participants that kept their owner
+	// kept their token and are not listed. Nil for every other kind: after
+	// KindAlreadyCommitted (a retried commit), read the rows.
+	OwnershipTokens map[Key]int64
 }
 
 // AbortAggregateResult is the outcome of AbortAggregate: KindAborted,

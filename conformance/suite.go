@@ -36,6 +36,7 @@ func RunAll(ctx context.Context, t *testing.T, f Factory) {
 		{"RelocationStore", RunTestRelocationStore},
 		{"Retention", RunTestRetention},
 		{"GenerationExhausted", RunTestGenerationExhausted},
+		{"OwnershipToken", RunTestOwnershipToken},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(ctx, t, f) })

@@ -29,6 +29,10 @@ type RouteFence struct {
 	AuthorityOwnerGeneration int64
 	LeaseGeneration          int64
 	StoreVersion             authority.StoreVersion
+	// OwnershipToken is the Ready row's fencing token
+	// (authority.Snapshot.OwnershipToken): the activated Spot's code sends
+	// it with its writes to other systems (package fencing).
+	OwnershipToken int64
 }
 
 // ReadKind is the outcome of InstanceActivationAuthority.Read.
@@ -59,6 +63,10 @@ type ActivationReservation struct {
 	AuthorityOwnerGeneration int64
 	// Token is the reservation ID.
 	Token string
+	// OwnershipToken is the reserved row's fencing token
+	// (authority.Snapshot.OwnershipToken). A commit keeps it: the activated
+	// Instance Spot's code fences its effects with it from the start.
+	OwnershipToken int64
 }
 
 // ReserveKind is the outcome of Reserve.
@@ -96,6 +104,8 @@ type PendingActivation struct {
 	RequestReference         string
 	RequestSHA256            []byte
 	RequestEncodedSize       int64
+	// OwnershipToken is the reserved row's fencing token.
+	OwnershipToken int64
 }
 
 // PendingActivationOf returns the pending projection of a reserved Instance
@@ -115,6 +125,7 @@ func PendingActivationOf(s *authority.Snapshot) (p PendingActivation, ok bool) {
 		RequestReference:   s.PendingCreation.RequestContentReference,
 		RequestSHA256:      bytes.Clone(s.PendingCreation.RequestSHA256),
 		RequestEncodedSize: s.PendingCreation.RequestEncodedSize,
+		OwnershipToken:     s.OwnershipToken,
 	}, true
 }
 
@@ -251,6 +262,7 @@ func (a *InstanceActivationAuthority) Reserve(ctx context.Context, act Activatio
 		Attempt:                  reserved.Creating.ObjectGeneration,
 		AuthorityOwnerGeneration: reserved.Creating.AuthorityOwnerGeneration,
 		Token:                    reserved.ReservationID,
+		OwnershipToken:           reserved.Creating.OwnershipToken,
 	}
 	a.mu.Lock()
 	a.pending[reservation.Token] = &pendingActivation{
@@ -453,7 +465,8 @@ func (a *InstanceActivationAuthority) Resume(ctx context.Context, target Activat
 		!bytes.Equal(proj.RequestSHA256, pending.RequestSHA256) {
 		return ActivationReservation{}, newError(KindSpotGenerationStale, "Pending Instance activation recovery fence is stale.", false, nil)
 	}
-	reservation := ActivationReservation{Attempt: s.ObjectGeneration, AuthorityOwnerGeneration: s.AuthorityOwnerGeneration, Token: proj.ReservationID}
+	reservation := ActivationReservation{Attempt: s.ObjectGeneration, AuthorityOwnerGeneration: s.AuthorityOwnerGeneration,
+		Token: proj.ReservationID, OwnershipToken: s.OwnershipToken}
 	a.mu.Lock()
 	a.pending[reservation.Token] = &pendingActivation{
 		reservationID: proj.ReservationID, creating: s, owner: s.Owner(),
@@ -817,6 +830,6 @@ func routeFromSnapshot(s *authority.Snapshot) (RouteFence, error) {
 		TargetNodeRID: s.Allocation.Descriptor.RID, TargetNodeGeneration: s.Allocation.DescriptorLifecycleGeneration,
 		TargetSpotID: p.SpotID, ObjectGeneration: s.ObjectGeneration, OwnerID: s.OwnerID,
 		AuthorityOwnerGeneration: s.AuthorityOwnerGeneration, LeaseGeneration: s.OwnerLeaseGeneration,
-		StoreVersion: s.StoreVersion,
+		StoreVersion: s.StoreVersion, OwnershipToken: s.OwnershipToken,
 	}, nil
 }

@@ -55,6 +55,7 @@ func runScenarios(t *testing.T, f Factory) {
 		{"InstanceAbort", testInstanceAbort},
 		{"InstanceWaitsOutClosing", testInstanceWaitsOutClosing},
 		{"InstanceFailures", testInstanceFailures},
+		{"OwnershipTokenHandOff", testOwnershipTokenHandOff},
 	}
 	for _, s := range scenarios {
 		t.Run(s.name, func(t *testing.T) { s.run(t, f) })

@@ -90,12 +90,15 @@ type Materialized struct {
 }
 
 // MaterializeFunc runs the application's lifecycle for a Spot reserved on a
-// local target (GetOrCreate).
+// local target (GetOrCreate). creating.OwnershipToken is the Spot's fencing
+// token, which a commit keeps: the Spot's code sends it with every write to
+// another system (package fencing).
 type MaterializeFunc func(ctx context.Context, target Target, creating *authority.Snapshot) (Materialized, error)
 
 // RemoteMaterializeFunc runs the application's lifecycle for a Spot reserved
 // on this node by a remote creator (HandleRemoteCreate); request is the
-// verified creation request payload.
+// verified creation request payload and creating.OwnershipToken the Spot's
+// fencing token.
 type RemoteMaterializeFunc func(ctx context.Context, request []byte, creating *authority.Snapshot) (Materialized, error)
 
 // DiscardFunc discards whatever a failed or rejected materialize left behind.
@@ -110,6 +113,9 @@ type ReadyRoute struct {
 	AuthorityOwnerGeneration int64
 	OwnerLeaseGeneration     int64
 	StoreVersion             authority.StoreVersion
+	// OwnershipToken is the Ready row's fencing token
+	// (authority.Snapshot.OwnershipToken).
+	OwnershipToken int64
 }
 
 // UserSpotOptions configures a UserSpotCoordinator.
@@ -444,6 +450,7 @@ func readyRoute(spotID string, s *authority.Snapshot) ReadyRoute {
 		AuthorityOwnerGeneration: s.AuthorityOwnerGeneration,
 		OwnerLeaseGeneration:     s.OwnerLeaseGeneration,
 		StoreVersion:             s.StoreVersion,
+		OwnershipToken:           s.OwnershipToken,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdcluster"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 const (
@@ -204,7 +205,7 @@ func requireNeverOverAdmitted(t *testing.T, cli *clientv3.Client, ns string, rev
 	ctx := settle(t)
 	// an end marker just past the entries' range: "capacity0" sorts right
 	// after every "capacity/..." key, and no store reads it
-	prefix := etcdstore.Prefix(ns, etcdstore.EntryCapacity)
+	prefix := schema.Prefix(ns, schema.EntryCapacity)
 	marker := ns + "capacity0"
 	if _, err := cli.Put(ctx, marker, ""); err != nil {
 		t.Fatal(err)
@@ -238,7 +239,7 @@ func requireNeverOverAdmitted(t *testing.T, cli *clientv3.Client, ns string, rev
 			total -= held[k]
 			delete(held, k)
 			if ev.Type == clientv3.EventTypePut {
-				e, err := etcdstore.DecodeEntry(ns, ev.Kv)
+				e, err := schema.DecodeEntry(ns, ev.Kv)
 				if err != nil {
 					t.Fatalf("decode %s: %v", k, err)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdcluster"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 const (
@@ -240,7 +241,7 @@ func tornListing(items []authority.ScanItem, stable map[authority.Key]authority.
 // compactionRowKey is the etcd key of the row at key in the compaction
 // test's namespace.
 func compactionRowKey(key authority.Key) string {
-	return etcdstore.Prefix("/faults/compaction/", etcdstore.EntryRow) + string(key)
+	return schema.Prefix("/faults/compaction/", schema.EntryRow) + string(key)
 }
 
 // waitLoop waits for changes of key with WaitForChange until ctx ends. A

@@ -8,7 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // keyHistory is an independent record of every change under a namespace,
@@ -52,7 +52,7 @@ func startKeyHistory(t *testing.T, cli *clientv3.Client, ns string) *keyHistory 
 		}
 		return err
 	})
-	h := &keyHistory{cli: cli, done: make(chan struct{}), capPfx: etcdstore.Prefix(ns, etcdstore.EntryCapacity), ns: ns,
+	h := &keyHistory{cli: cli, done: make(chan struct{}), capPfx: schema.Prefix(ns, schema.EntryCapacity), ns: ns,
 		changes: map[string][]keyChange{}, progress: rev, advanced: make(chan struct{}), held: map[string]int64{}}
 	h.wctx, h.cancel = context.WithCancel(context.Background())
 	wch := cli.Watch(h.wctx, ns, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
@@ -98,7 +98,7 @@ func (h *keyHistory) capacity(ev *clientv3.Event) {
 	h.total -= h.held[k]
 	delete(h.held, k)
 	if ev.Type == clientv3.EventTypePut {
-		e, err := etcdstore.DecodeEntry(h.ns, ev.Kv)
+		e, err := schema.DecodeEntry(h.ns, ev.Kv)
 		if err != nil || e.Capacity == nil {
 			if h.err == nil {
 				h.err = err

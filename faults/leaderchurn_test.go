@@ -17,6 +17,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdcluster"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 const (
@@ -361,7 +362,7 @@ func watchLivenessDeletes(t *testing.T, cli *clientv3.Client, ns string) *livene
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	d := &livenessDeletes{ns: ns, ctx: ctx, byKey: map[string]livenessDelete{}}
-	wch := cli.Watch(ctx, etcdstore.Prefix(ns, etcdstore.EntryOwnerLiveness), clientv3.WithPrefix())
+	wch := cli.Watch(ctx, schema.Prefix(ns, schema.EntryOwnerLiveness), clientv3.WithPrefix())
 	go func() {
 		defer close(done)
 		for wr := range wch {
@@ -404,7 +405,7 @@ func (d *livenessDeletes) snapshot(t *testing.T, cli *clientv3.Client, tokens []
 	out := map[authority.OwnerToken]livenessDelete{}
 	for key, del := range d.byKey {
 		for _, tok := range tokens {
-			if strings.HasPrefix(key, etcdstore.OwnerLivenessPrefix(d.ns, tok)) {
+			if strings.HasPrefix(key, schema.OwnerLivenessPrefix(d.ns, tok)) {
 				out[tok] = del
 			}
 		}

@@ -11,5 +11,6 @@ import (
 func TestMain(m *testing.M) {
 	etcdcluster.RunMemberIfRequested()
 	runPausedOwnerIfRequested()
+	runDownstreamWriterIfRequested()
 	goleak.VerifyTestMain(m)
 }

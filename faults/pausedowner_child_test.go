@@ -1,15 +1,10 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,24 +58,7 @@ func pausedOwnerMarker(tag string) string { return "paused-" + tag + "-w" }
 // runPausedOwnerIfRequested runs the paused-owner child and exits when the
 // process was started as one; otherwise it returns at once.
 func runPausedOwnerIfRequested() {
-	raw, ok := os.LookupEnv(envPausedOwner)
-	if !ok {
-		return
-	}
-	var cfg pausedOwnerConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "paused owner: bad %s: %v\n", envPausedOwner, err)
-		os.Exit(2)
-	}
-	go func() { // the parent holds our standard input open
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	}()
-	if err := runPausedOwner(cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "paused owner: %v\n", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runChildIfRequested(envPausedOwner, "paused owner", runPausedOwner)
 }
 
 // childRetry retries fn until it returns nil or a non-transient error, for
@@ -112,23 +90,10 @@ type pausedOwner struct {
 // runPausedOwner acquires a lease, places the owner's rows, reports them,
 // then writes until it is ended, never looking at its lease's Done.
 func runPausedOwner(cfg pausedOwnerConfig) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	st, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Namespace: cfg.Namespace, RequestTimeout: requestTimeout, SkipVersionCheck: true})
-	if err != nil {
-		return err
-	}
-	var lease *etcdstore.OwnerLease
 	ownerID := "paused-owner-" + cfg.Tag
-	if err := childRetry(func(ctx context.Context) error {
-		lease, err = st.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, ownerID, cfg.TTL)
+	st, lease, err := childOwner(cfg.Endpoints, cfg.Namespace, ownerID, conformance.NodeA, cfg.TTL)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("acquire: %w", err)
 	}
 	o := &pausedOwner{st: st, tgt: conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lease.Token()),
 		versions: map[string]authority.StoreVersion{}, out: json.NewEncoder(os.Stdout), marker: pausedOwnerMarker(cfg.Tag)}
@@ -163,12 +128,45 @@ func runPausedOwner(cfg pausedOwnerConfig) error {
 	}
 }
 
+// childOwner connects a child process to the cluster at endpoints and
+// acquires an owner lease of ownerID on node through a store on namespace.
+func childOwner(endpoints []string, namespace, ownerID string, node authority.NodeDescriptor, ttl time.Duration) (*etcdstore.Store, *etcdstore.OwnerLease, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	st, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Namespace: namespace, RequestTimeout: requestTimeout, SkipVersionCheck: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	var lease *etcdstore.OwnerLease
+	if err := childRetry(func(ctx context.Context) error {
+		lease, err = st.Registry().Acquire(ctx, node, conformance.NodeLifecycle, ownerID, ttl)
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("acquire: %w", err)
+	}
+	return st, lease, nil
+}
+
 // place reserves and commits the active row id.
 func (o *pausedOwner) place(id string) error {
-	req := reserveRequest(authority.ObjectUserSpot, id, o.tgt, id+"-creating")
+	ready, err := placeActive(o.st, o.tgt, id)
+	if err == nil {
+		o.versions[id] = ready.StoreVersion
+	}
+	return err
+}
+
+// placeActive reserves and commits the active User Spot id on tgt (in a
+// child process: retrying transient errors) and returns the Ready row.
+func placeActive(st *etcdstore.Store, tgt authority.CreationTarget, id string) (*authority.Snapshot, error) {
+	req := reserveRequest(authority.ObjectUserSpot, id, tgt, id+"-creating")
 	var r reservation
 	if err := childRetry(func(ctx context.Context) error {
-		res, err := o.st.Reserve(ctx, req)
+		res, err := st.Reserve(ctx, req)
 		if err == nil && res.Kind != authority.KindReserved {
 			return fmt.Errorf("reserve %s: %s", id, res.Kind)
 		}
@@ -177,18 +175,20 @@ func (o *pausedOwner) place(id string) error {
 		}
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	return childRetry(func(ctx context.Context) error {
-		res, err := o.st.Commit(ctx, r.commit(id+"-ready"))
+	var ready *authority.Snapshot
+	err := childRetry(func(ctx context.Context) error {
+		res, err := st.Commit(ctx, r.commit(id+"-ready"))
 		if err == nil && res.Kind != authority.KindCommitted {
 			return fmt.Errorf("commit %s: %s", id, res.Kind)
 		}
 		if err == nil {
-			o.versions[id] = res.Ready.StoreVersion
+			ready = res.Ready
 		}
 		return err
 	})
+	return ready, err
 }
 
 // writeOnce tries the next of the owner's writes, each with what it knows
@@ -236,85 +236,17 @@ func (o *pausedOwner) writeOnce(rows []string) {
 	_ = o.out.Encode(line)
 }
 
-// pausedOwnerProc is the test's handle on an owner process.
+// pausedOwnerProc is the test's handle on an owner process: its lines are
+// its writes.
 type pausedOwnerProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	ready  pausedOwnerLine
-	mu     sync.Mutex
-	writes []pausedOwnerLine
-	more   chan struct{} // signalled on each write line
-	exited chan struct{}
+	*lineChild[pausedOwnerLine]
 }
 
 // startPausedOwner starts an owner process and waits until its rows are
 // placed. t's cleanup kills it.
 func startPausedOwner(t *testing.T, cfg pausedOwnerConfig) *pausedOwnerProc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envPausedOwner+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pausedOwnerProc{cmd: cmd, more: make(chan struct{}, 1), exited: make(chan struct{})}
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-	})
-	readyCh := make(chan pausedOwnerLine, 1)
-	go p.read(stdout, readyCh)
-	select {
-	case p.ready = <-readyCh:
-		return p
-	case <-p.exited:
-		t.Fatal("the owner process exited before it was ready")
-	case <-time.After(settleTimeout):
-		t.Fatal("the owner process was not ready in time")
-	}
-	return nil
-}
-
-// read collects the owner's lines until it exits.
-func (p *pausedOwnerProc) read(stdout io.Reader, ready chan<- pausedOwnerLine) {
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		var l pausedOwnerLine
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
-		}
-		switch l.Event {
-		case "ready":
-			ready <- l
-		case "write":
-			p.mu.Lock()
-			p.writes = append(p.writes, l)
-			p.mu.Unlock()
-			select {
-			case p.more <- struct{}{}:
-			default:
-			}
-		}
-	}
-	_, _ = io.Copy(io.Discard, stdout)
-	_ = p.cmd.Wait()
-	close(p.exited)
+	return &pausedOwnerProc{startLineChild(t, envPausedOwner, cfg, func(l pausedOwnerLine) bool { return l.Event == "ready" })}
 }
 
 // waitWrites waits until the owner reported n writes.
@@ -324,44 +256,15 @@ func (p *pausedOwnerProc) waitWrites(t *testing.T, n int) { p.waitWritesAfter(t,
 // from, and returns them.
 func (p *pausedOwnerProc) waitWritesAfter(t *testing.T, from time.Time, n int) []pausedOwnerLine {
 	t.Helper()
-	deadline := time.After(settleTimeout)
-	for {
-		var after []pausedOwnerLine
-		p.mu.Lock()
-		for _, w := range p.writes {
+	var after []pausedOwnerLine
+	p.waitFor(t, fmt.Sprintf("%d writes after %v", n, from), func(ws []pausedOwnerLine) bool {
+		after = after[:0]
+		for _, w := range ws {
 			if w.Start > from.UnixNano() {
 				after = append(after, w)
 			}
 		}
-		p.mu.Unlock()
-		if len(after) >= n {
-			return after
-		}
-		select {
-		case <-p.more:
-		case <-p.exited:
-			t.Fatal("the owner process exited")
-		case <-deadline:
-			t.Fatalf("the owner process reported %d writes after %v, want %d", len(after), from, n)
-		}
-	}
-}
-
-// signal sends sig to the owner process.
-func (p *pausedOwnerProc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v: %v", sig, err)
-	}
-}
-
-// stop ends the owner process (its standard input closes) and waits for it.
-func (p *pausedOwnerProc) stop(t *testing.T) {
-	t.Helper()
-	_ = p.stdin.Close()
-	select {
-	case <-p.exited:
-	case <-time.After(settleTimeout):
-		t.Fatal("the owner process did not end")
-	}
+		return len(after) >= n
+	})
+	return after
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdcluster"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // TestPausedOwnerProcessIsFenced: an owner in its own process holds a lease
@@ -128,7 +129,7 @@ func watchLivenessDelete(t *testing.T, cli *clientv3.Client, ns string, owner au
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	t.Cleanup(cancel)
-	prefix := etcdstore.OwnerLivenessPrefix(ns, owner)
+	prefix := schema.OwnerLivenessPrefix(ns, owner)
 	var rev int64
 	eventually(t, "liveness key", func(ctx context.Context) error {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -171,7 +172,7 @@ func rowWritesSince(t *testing.T, cli *clientv3.Client, ns string, rev int64, ow
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	prefix := etcdstore.Prefix(ns, etcdstore.EntryRow)
+	prefix := schema.Prefix(ns, schema.EntryRow)
 	// an end marker just past the rows' range: "rows0" sorts right after
 	// every "rows/..." key
 	end := strings.TrimSuffix(prefix, "/") + "0"
@@ -196,7 +197,7 @@ func rowWritesSince(t *testing.T, cli *clientv3.Client, ns string, rev int64, ow
 			if ev.Type != clientv3.EventTypePut {
 				continue
 			}
-			e, err := etcdstore.DecodeEntry(ns, ev.Kv)
+			e, err := schema.DecodeEntry(ns, ev.Kv)
 			if err != nil {
 				t.Fatalf("decode %s: %v", ev.Kv.Key, err)
 			}

@@ -257,18 +257,25 @@ func TestZombieOwnerCannotWrite(t *testing.T) {
 }
 
 // rebind moves the row at key from one lease generation of its owner to
-// another (the replacement taking it over).
-func rebind(t *testing.T, st *etcdstore.Store, key authority.Key, from, to authority.OwnerToken) {
+// another (the replacement taking it over) and returns the moved row.
+func rebind(t *testing.T, st *etcdstore.Store, key authority.Key, from, to authority.OwnerToken) *authority.Snapshot {
 	t.Helper()
 	r := mustRead(t, st, key)
+	var moved *authority.Snapshot
 	eventually(t, "rebind", func(ctx context.Context) error {
 		res, err := st.CompareExchangeAuthority(ctx, key, r.Snapshot.StoreVersion, authority.RebindOwnerLease(from, to, r.Snapshot.Payload))
-		if err == nil && res.Kind != authority.KindStored &&
-			!(res.Kind == authority.KindConflict && res.Current.Snapshot != nil && res.Current.Snapshot.Owner() == to) {
+		switch {
+		case err != nil:
+		case res.Kind == authority.KindStored:
+			moved = res.Snapshot
+		case res.Kind == authority.KindConflict && res.Current.Snapshot != nil && res.Current.Snapshot.Owner() == to:
+			moved = res.Current.Snapshot // an earlier attempt moved it
+		default:
 			t.Fatalf("rebind: %s", res.Kind)
 		}
 		return err
 	})
+	return moved
 }
 
 // runZombie interleaves zombie rounds with replacement rounds and checks the

@@ -27,6 +27,16 @@ import (
 // highest it has seen for the key, records it, and refuses a lower one.
 type Token int64
 
+// TokenOf returns the ownership token of a row read from (or granted by) the
+// authority store, its Snapshot.OwnershipToken: the token the row's owner
+// fences its effects with. A nil snapshot has none (0, not Valid).
+func TokenOf(s *authority.Snapshot) Token {
+	if s == nil {
+		return 0
+	}
+	return Token(s.OwnershipToken)
+}
+
 // Valid reports whether t can be an ownership token (t > 0).
 func (t Token) Valid() bool { return t > 0 }
 

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/fencing"
+	"github.com/zlink-systems/authority/provider/memory"
 )
 
 func TestTokenTextRoundTrip(t *testing.T) {
@@ -36,4 +39,33 @@ func TestStaleTokenErrorMatchesSentinel(t *testing.T) {
 	require.NotErrorIs(t, err, authority.ErrInvalidArgument)
 	require.Equal(t, `write: fencing: stale ownership token: object "actor/a" token 3`, err.Error())
 	require.False(t, errors.Is(errors.New("other"), fencing.ErrStaleToken))
+}
+
+// TestTokenOfIsTheRowsOwnershipToken: TokenOf reads a store row's token — a
+// valid one, raised by a rebind to a new lease — and a nil row has none.
+func TestTokenOfIsTheRowsOwnershipToken(t *testing.T) {
+	require.False(t, fencing.TokenOf(nil).Valid())
+	fx := conformance.NewFixture(t, memoryHarness())
+	ready := fx.Active(authority.ObjectUserSpot, "token-of", conformance.TargetA)
+	tok := fencing.TokenOf(ready)
+	require.True(t, tok.Valid())
+	require.EqualValues(t, ready.OwnershipToken, tok)
+	next := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, authority.OwnerToken{OwnerID: conformance.OwnerA.OwnerID, LeaseGeneration: 2})
+	fx.SetLive(next, true)
+	key := fx.Key(authority.ObjectUserSpot, "token-of")
+	res, err := fx.Store().CompareExchangeAuthority(fx.Ctx(), key, ready.StoreVersion, authority.RebindOwnerLease(conformance.OwnerA, next.Owner, nil))
+	require.NoError(t, err)
+	require.Greater(t, fencing.TokenOf(res.Snapshot), tok)
+}
+
+// memoryHarness is a conformance harness over a fresh memory store.
+func memoryHarness() *conformance.Harness {
+	live := memory.NewLiveSet()
+	return &conformance.Harness{
+		Store: memory.New(memory.Config{Liveness: live}),
+		SetLive: func(_ testing.TB, node authority.NodeDescriptor, gen int64, owner authority.OwnerToken, on bool) {
+			live.Set(node, gen, owner, on)
+		},
+		Now: time.Now,
+	}
 }

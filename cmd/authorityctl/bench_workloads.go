@@ -12,6 +12,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -284,7 +285,7 @@ func (w *benchWorkload) rowValue(ctx context.Context, c *clientv3.Client) (strin
 	if err != nil {
 		return "", err
 	}
-	resp, err := c.Get(ctx, etcdstore.Prefix(w.s.Namespace(), etcdstore.EntryRow)+string(key))
+	resp, err := c.Get(ctx, schema.Prefix(w.s.Namespace(), schema.EntryRow)+string(key))
 	if err != nil {
 		return "", err
 	}

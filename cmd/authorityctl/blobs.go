@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -49,7 +49,7 @@ content itself is not printed.`,
 
 func listBlobs(ctx context.Context, c *clientv3.Client, ns string) ([]blobView, error) {
 	now := time.Now()
-	return listEntries(ctx, c, ns, entryQuery{prefix: etcdstore.Prefix(ns, etcdstore.EntryBlob)}, func(le listedEntry) (blobView, bool, error) {
+	return listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryBlob)}, func(le listedEntry) (blobView, bool, error) {
 		e := le.entry
 		if e.Blob == nil || e.Expired(now) {
 			return blobView{}, false, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -427,7 +428,7 @@ func TestPruneEpochs(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `pruned 1 capacity epochs:\nMESH\s+NODE\s+LIFECYCLE\s*\ndemo\s+node-a\s+1\s*\n`, out)
 	require.Empty(t, dryRun().Epochs)
-	epochs, err := testClient.Get(ctx, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	epochs, err := testClient.Get(ctx, schema.Prefix(ns, schema.EntryCapacityEpoch), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	require.Positive(t, epochs.Count, "the other nodes keep their epochs")
 	out, _, code = cli(t, nil, on(ns, "prune-epochs", "--yes", "-o", "json")...)

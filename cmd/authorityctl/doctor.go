@@ -15,6 +15,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -336,12 +337,12 @@ func doctorCompaction(ctx context.Context, c *clientv3.Client, ns string, curren
 // build left before an upgrade show up too, until the node's next capacity
 // change moves its epoch past them.
 func doctorCapacityEpochs(ctx context.Context, c *clientv3.Client, ns string, d *doctorView) {
-	entries, rev, err := rangeAll(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacity))
+	entries, rev, err := rangeAll(ctx, c, schema.Prefix(ns, schema.EntryCapacity))
 	if err != nil {
 		d.add("capacity epochs", checkWarn, "cannot read the capacity entries: %v", err)
 		return
 	}
-	epochs, _, err := etcdpage.All(ctx, c, etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch), rev, 500)
+	epochs, _, err := etcdpage.All(ctx, c, schema.Prefix(ns, schema.EntryCapacityEpoch), rev, 500)
 	if err != nil {
 		d.add("capacity epochs", checkWarn, "cannot read the capacity epochs: %v", err)
 		return
@@ -352,7 +353,7 @@ func doctorCapacityEpochs(ctx context.Context, c *clientv3.Client, ns string, d 
 	}
 	newest := map[nodeLifecycle]int64{}
 	for _, kv := range entries {
-		e, err := etcdstore.DecodeEntry(ns, kv)
+		e, err := schema.DecodeEntry(ns, kv)
 		if err != nil {
 			continue // a corrupt entry: the capacity command reports it
 		}
@@ -361,7 +362,7 @@ func doctorCapacityEpochs(ctx context.Context, c *clientv3.Client, ns string, d 
 	}
 	epoch := map[nodeLifecycle]int64{}
 	for _, kv := range epochs {
-		if e, err := etcdstore.DecodeEntry(ns, kv); err == nil {
+		if e, err := schema.DecodeEntry(ns, kv); err == nil {
 			epoch[nodeLifecycle{e.Node, e.Lifecycle}] = kv.ModRevision
 		}
 	}

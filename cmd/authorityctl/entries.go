@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -12,7 +12,7 @@ import (
 // form, and the revision the listing read at.
 type listedEntry struct {
 	kv    *mvccpb.KeyValue
-	entry etcdstore.Entry
+	entry schema.Entry
 	rev   int64
 }
 
@@ -27,7 +27,7 @@ type entryQuery struct {
 }
 
 // listEntries reads the entries of q at one revision, decodes each with the
-// provider's DecodeEntry (the one definition of the stored format), and
+// schema package's DecodeEntry (the one definition of the stored format), and
 // returns view of each in key order; view's ok false leaves an entry out
 // (for example an expired record awaiting its lease).
 func listEntries[T any](ctx context.Context, c *clientv3.Client, ns string, q entryQuery, view func(listedEntry) (item T, ok bool, err error)) ([]T, error) {
@@ -37,7 +37,7 @@ func listEntries[T any](ctx context.Context, c *clientv3.Client, ns string, q en
 	}
 	out := []T{}
 	for _, kv := range kvs {
-		e, err := etcdstore.DecodeEntry(ns, kv)
+		e, err := schema.DecodeEntry(ns, kv)
 		if err != nil {
 			if q.undecodable == nil {
 				return nil, err

@@ -13,6 +13,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -82,7 +83,7 @@ func newOwnersCommand(g *globals) *cobra.Command {
 
 func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView, error) {
 	now := time.Now()
-	return listEntries(ctx, c, ns, entryQuery{prefix: etcdstore.Prefix(ns, etcdstore.EntryOwnerLiveness)}, func(le listedEntry) (ownerView, bool, error) {
+	return listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryOwnerLiveness)}, func(le listedEntry) (ownerView, bool, error) {
 		l, kv := le.entry, le.kv
 		v := ownerView{OwnerID: l.Owner.OwnerID, LeaseGeneration: l.Owner.LeaseGeneration, MeshName: l.Node.MeshName, NodeRID: l.Node.RID,
 			LifecycleGeneration: l.Lifecycle, LeaseID: fmt.Sprintf("%x", kv.Lease), TTLSeconds: -1}
@@ -96,7 +97,7 @@ func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView
 				v.ExpiresAt = rfc3339(now.Add(time.Duration(ttl.TTL) * time.Second))
 			}
 		}
-		cnt, err := c.Get(ctx, etcdstore.OwnerIndexPrefix(ns, l.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(le.rev))
+		cnt, err := c.Get(ctx, schema.OwnerIndexPrefix(ns, l.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(le.rev))
 		if err != nil {
 			return v, false, err
 		}
@@ -199,7 +200,7 @@ func (f nodeFilter) matches(node authority.NodeDescriptor, lifecycle int64) bool
 }
 
 func capacityUsage(ctx context.Context, c *clientv3.Client, ns string, filter nodeFilter) ([]capacityUsageView, error) {
-	entries, err := listEntries(ctx, c, ns, entryQuery{prefix: etcdstore.Prefix(ns, etcdstore.EntryCapacity)}, func(le listedEntry) (etcdstore.Entry, bool, error) {
+	entries, err := listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryCapacity)}, func(le listedEntry) (schema.Entry, bool, error) {
 		return le.entry, filter.matches(le.entry.Node, le.entry.Lifecycle), nil
 	})
 	if err != nil {
@@ -289,7 +290,7 @@ func newTerminalsCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				now := time.Now()
-				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryTerminal)}, func(le listedEntry) (terminalView, bool, error) {
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryTerminal)}, func(le listedEntry) (terminalView, bool, error) {
 					if le.entry.Expired(now) {
 						return terminalView{}, false, nil // awaiting its lease
 					}
@@ -330,7 +331,7 @@ func newReservationsCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				now := time.Now()
-				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryReservation)}, func(le listedEntry) (reservationView, bool, error) {
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryReservation)}, func(le listedEntry) (reservationView, bool, error) {
 					if le.entry.Expired(now) {
 						return reservationView{}, false, nil
 					}
@@ -386,7 +387,7 @@ func newAggregatesCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				now := time.Now()
-				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryAggregate)}, func(le listedEntry) (aggregateView, bool, error) {
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryAggregate)}, func(le listedEntry) (aggregateView, bool, error) {
 					if le.entry.Expired(now) {
 						return aggregateView{}, false, nil // a finished record awaiting its lease
 					}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -49,12 +50,12 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 					return pruneEpochs(ctx, g, s, c)
 				}
 				q := entryQuery{
-					prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
+					prefix: schema.Prefix(g.namespace, schema.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
 					undecodable: func(err error) { fmt.Fprintf(g.stderr, "warning: %v\n", err) }, // --yes leaves it too, and reports it
 				}
 				epochs, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (epochView, bool, error) {
 					e := le.entry
-					held, err := c.Get(ctx, etcdstore.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+					held, err := c.Get(ctx, schema.CapacityNodePrefix(g.namespace, e.Node, e.Lifecycle), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
 					if err != nil {
 						return epochView{}, false, err
 					}
@@ -108,7 +109,7 @@ func pruneEpochs(ctx context.Context, g *globals, s *etcdstore.Store, c *clientv
 // listEpochs lists every capacity epoch key (undecodable ones are skipped).
 func listEpochs(ctx context.Context, g *globals, c *clientv3.Client) ([]epochView, error) {
 	q := entryQuery{
-		prefix: etcdstore.Prefix(g.namespace, etcdstore.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
+		prefix: schema.Prefix(g.namespace, schema.EntryCapacityEpoch), opts: []clientv3.OpOption{clientv3.WithKeysOnly()},
 		undecodable: func(error) {},
 	}
 	return listEntries(ctx, c, g.namespace, q, func(le listedEntry) (epochView, bool, error) {

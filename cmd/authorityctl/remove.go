@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -49,7 +50,7 @@ lease is still live is refused unless --force is given.`,
 				return usageError(err)
 			}
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
-				lr, err := c.Get(ctx, etcdstore.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
+				lr, err := c.Get(ctx, schema.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
 				if err != nil {
 					return err
 				}
@@ -93,7 +94,7 @@ lease is still live is refused unless --force is given.`,
 // ownerRows reads the rows of owner through the provider's owner index.
 func ownerRows(ctx context.Context, g *globals, c *clientv3.Client,
 	read func(context.Context, authority.Key) (authority.ReadResult, error), owner authority.OwnerToken) ([]rowView, error) {
-	q := entryQuery{prefix: etcdstore.OwnerIndexPrefix(g.namespace, owner), opts: []clientv3.OpOption{clientv3.WithKeysOnly()}}
+	q := entryQuery{prefix: schema.OwnerIndexPrefix(g.namespace, owner), opts: []clientv3.OpOption{clientv3.WithKeysOnly()}}
 	return listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
 		r, err := read(ctx, le.entry.Key)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -131,7 +132,7 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 			if err := intRange("--count", int64(count), 0, maxWatchCount); err != nil {
 				return err
 			}
-			prefix := etcdstore.Prefix(g.namespace, etcdstore.EntryRow)
+			prefix := schema.Prefix(g.namespace, schema.EntryRow)
 			if len(args) == 1 {
 				prefix += args[0]
 			}
@@ -163,10 +164,10 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 				}
 				for _, ev := range wr.Events {
 					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT",
-						Key: strings.TrimPrefix(string(ev.Kv.Key), etcdstore.Prefix(g.namespace, etcdstore.EntryRow))}
+						Key: strings.TrimPrefix(string(ev.Kv.Key), schema.Prefix(g.namespace, schema.EntryRow))}
 					if ev.Type == clientv3.EventTypeDelete {
 						v.Type = "DELETE"
-					} else if e, err := etcdstore.DecodeEntry(g.namespace, ev.Kv); err == nil {
+					} else if e, err := schema.DecodeEntry(g.namespace, ev.Kv); err == nil {
 						rv := viewRow(e.Key, e.Snapshot)
 						v.Row = &rv
 					}

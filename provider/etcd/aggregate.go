@@ -9,6 +9,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -34,8 +35,8 @@ func (s *Store) prepareAggregate(ctx context.Context, req authority.AggregatePre
 		return authority.PrepareAggregateResult{}, err
 	}
 	p := &aggregatePrepare{s: s, req: &req, fence: req.Fence(), target: req.TargetAllocation(),
-		liveKey: s.keys.liveness(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)}
-	p.aggKey = s.keys.aggregate(p.fence)
+		liveKey: s.keys.Liveness(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)}
+	p.aggKey = s.keys.Aggregate(p.fence)
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		s.retrying(observe.OpPrepareAggregate, attempt)
 		out, err := p.attempt(ctx)
@@ -82,7 +83,7 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 	policy := s.capacityPolicy()
 	gets := make([]clientv3.Op, len(p.req.Participants))
 	for i, part := range p.req.Participants {
-		gets[i] = opGet(s.keys.row(part.AuthorityKey))
+		gets[i] = opGet(s.keys.Row(part.AuthorityKey))
 	}
 	first := []clientv3.Op{opGet(p.aggKey), opGet(p.liveKey)}
 	var ur usageRead
@@ -127,7 +128,7 @@ func (p *aggregatePrepare) recordDecides(got keyedReads, pt *preparedTxn) (*auth
 	if kv == nil {
 		return nil, nil
 	}
-	rec, err := decodeAggregate(kv)
+	rec, err := schema.DecodeAggregate(kv)
 	if err != nil {
 		return nil, err
 	}
@@ -136,9 +137,9 @@ func (p *aggregatePrepare) recordDecides(got keyedReads, pt *preparedTxn) (*auth
 		return nil, nil
 	}
 	switch {
-	case rec.State == aggregatePrepared && rec.Request.Equal(p.req):
+	case rec.State == schema.AggregatePrepared && rec.Request.Equal(p.req):
 		return &authority.PrepareAggregateResult{Kind: authority.KindAlreadyPrepared, Fence: p.fence}, nil
-	case rec.State == aggregateCommitted:
+	case rec.State == schema.AggregateCommitted:
 		return &authority.PrepareAggregateResult{Kind: authority.KindStale}, nil
 	}
 	return p.conflict(), nil
@@ -156,13 +157,13 @@ func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*au
 		if err != nil {
 			return nil, err
 		}
-		if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != part.ExpectedStoreVersion {
+		if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != part.ExpectedStoreVersion {
 			return p.conflict(), nil
 		}
-		t.cmp(modRevIs(s.keys.row(part.AuthorityKey), r.modRev))
+		t.cmp(modRevIs(s.keys.Row(part.AuthorityKey), r.ModRev))
 		if part.OwnerTransition == authority.TransitionPreserve {
 			// the owner must be live: fenced in the Txn, read on failure
-			lk := s.keys.liveness(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
+			lk := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
 			if !pt.liveSeen[lk] {
 				pt.liveSeen[lk] = true
 				t.cmp(s.rowOwnerLive(r))
@@ -170,13 +171,13 @@ func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*au
 			}
 			continue
 		}
-		if source, err = authority.AddCapacity(source, r.alloc.Capacity); err != nil {
+		if source, err = authority.AddCapacity(source, r.Alloc.Capacity); err != nil {
 			// two Spot types among the newOwner rows: AddCapacity refuses
 			// them; nothing is written
 			return nil, err
 		}
-		if r.alloc.Descriptor != p.target.Descriptor || r.alloc.DescriptorLifecycleGeneration != p.target.DescriptorLifecycleGeneration {
-			left[s.keys.capacityEpoch(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration)] = true
+		if r.Alloc.Descriptor != p.target.Descriptor || r.Alloc.DescriptorLifecycleGeneration != p.target.DescriptorLifecycleGeneration {
+			left[s.keys.CapacityEpoch(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration)] = true
 		}
 	}
 	// the commit touches one more epoch per node left: refuse now what it
@@ -187,10 +188,10 @@ func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*au
 	if !source.Equal(p.req.Capacity) {
 		return p.conflict(), nil
 	}
-	t.put(p.aggKey, (&aggregateRecord{State: aggregatePrepared, Request: *p.req.Clone()}).encode())
+	t.put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
 	reserved := p.target
 	reserved.State = authority.AllocationReserved
-	t.put(s.keys.capacityAggregate(reserved, p.fence), capacityValue(reserved.State, p.req.Capacity))
+	t.put(s.keys.CapacityAggregate(reserved, p.fence), schema.EncodeCapacityEntry(reserved.State, p.req.Capacity))
 	s.touchCapacity(t, reserved)
 	return nil, nil
 }
@@ -203,7 +204,7 @@ func (p *aggregatePrepare) send(ctx context.Context, pt preparedTxn) (*authority
 		return nil, err
 	}
 	if tresp.Succeeded {
-		s.aggs.put(p.aggKey, knownAggregate{&aggregateRecord{State: aggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
+		s.aggs.put(p.aggKey, knownAggregate{&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
 		return &authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: p.fence}, nil
 	}
 	failed := readsOf(tresp)
@@ -267,18 +268,18 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 		p := req.Participants[i]
 		// the commit rewrites the row with its payload, and its capacity
 		// entry and owner index; the prepare compares the row
-		commit.bytes += len(s.keys.row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.ns)+len(p.AuthorityKey)+200)
-		prepare.bytes += len(s.keys.row(p.AuthorityKey)) + 2*opOverhead
+		commit.bytes += len(s.keys.Row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.Namespace())+len(p.AuthorityKey)+200)
+		prepare.bytes += len(s.keys.Row(p.AuthorityKey)) + 2*opOverhead
 	}
 	// the prepare puts the prepared record, which holds every payload and
 	// membership mutation; the commit puts the finished one, which holds
 	// none (withoutPayloads): sizes from the record's own encoder
 	fence := authority.Fence{AggregateID: req.AggregateID, AggregateGeneration: req.AggregateGeneration}
-	prepared := &aggregateRecord{State: aggregatePrepared, Request: *req}
-	finished := &aggregateRecord{State: aggregateCommitted, Request: withoutPayloads(req), ExpiresAt: s.clock.Now().Add(s.retention)}
-	key := len(s.keys.aggregate(fence)) + opOverhead
-	prepare.bytes += key + len(prepared.encode())
-	commit.bytes += key + len(finished.encode())
+	prepared := &schema.AggregateRecord{State: schema.AggregatePrepared, Request: *req}
+	finished := &schema.AggregateRecord{State: schema.AggregateCommitted, Request: withoutPayloads(req), ExpiresAt: s.clock.Now().Add(s.retention)}
+	key := len(s.keys.Aggregate(fence)) + opOverhead
+	prepare.bytes += key + len(prepared.Encode())
+	commit.bytes += key + len(finished.Encode())
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
 	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
@@ -304,8 +305,8 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 // that has not expired (see knownAggregate; known is then true), else read.
 // An expired record is read again: once it expires another store may
 // prepare the same fence anew.
-func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *aggregateRecord, rev int64, known bool, err error) {
-	aggKey := s.keys.aggregate(fence)
+func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *schema.AggregateRecord, rev int64, known bool, err error) {
+	aggKey := s.keys.Aggregate(fence)
 	if k, ok := s.aggs.get(aggKey); ok && s.aggregateLive(k.rec) {
 		return k.rec, k.rev, true, nil
 	}
@@ -314,7 +315,7 @@ func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *
 }
 
 // readAggregate reads the record at aggKey.
-func (s *Store) readAggregate(ctx context.Context, aggKey string) (*aggregateRecord, int64, error) {
+func (s *Store) readAggregate(ctx context.Context, aggKey string) (*schema.AggregateRecord, int64, error) {
 	resp, err := s.read(ctx, opGet(aggKey))
 	if err != nil {
 		return nil, 0, err
@@ -323,11 +324,11 @@ func (s *Store) readAggregate(ctx context.Context, aggKey string) (*aggregateRec
 }
 
 // seenAggregate decodes a read record kv (nil: none) and remembers it.
-func (s *Store) seenAggregate(aggKey string, kv *mvccpbKV) (*aggregateRecord, int64, error) {
+func (s *Store) seenAggregate(aggKey string, kv *mvccpbKV) (*schema.AggregateRecord, int64, error) {
 	if kv == nil {
 		return nil, 0, nil
 	}
-	rec, err := decodeAggregate(kv)
+	rec, err := schema.DecodeAggregate(kv)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -340,14 +341,14 @@ func (s *Store) seenAggregate(aggKey string, kv *mvccpbKV) (*aggregateRecord, in
 
 // aggregateLive reports whether rec has not expired (a prepared record
 // never does).
-func (s *Store) aggregateLive(rec *aggregateRecord) bool {
+func (s *Store) aggregateLive(rec *schema.AggregateRecord) bool {
 	return rec.ExpiresAt.IsZero() || rec.ExpiresAt.After(s.clock.Now())
 }
 
 // finished returns the committed or aborted successor of rec, which
 // expires after the store's retention, and that retention.
-func (s *Store) finished(rec *aggregateRecord, state string) (*aggregateRecord, time.Duration) {
-	return &aggregateRecord{State: state, Request: withoutPayloads(&rec.Request), ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
+func (s *Store) finished(rec *schema.AggregateRecord, state string) (*schema.AggregateRecord, time.Duration) {
+	return &schema.AggregateRecord{State: state, Request: withoutPayloads(&rec.Request), ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
 }
 
 // withoutPayloads is req without its participants' payloads and membership
@@ -368,11 +369,11 @@ func withoutPayloads(req *authority.AggregatePrepareRequest) authority.Aggregate
 // sendFinished sends t plus the put of the finished record done at aggKey
 // on a lease that outlives it, and the read of aggKey in the Else (its
 // first).
-func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *aggregateRecord, ttl time.Duration, what string) (*clientv3.TxnResponse, error) {
+func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *schema.AggregateRecord, ttl time.Duration, what string) (*clientv3.TxnResponse, error) {
 	var resp *clientv3.TxnResponse
 	err := s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
 		tt := t.clone()
-		tt.put(aggKey, done.encode(), clientv3.WithLease(ids[0]))
+		tt.put(aggKey, done.Encode(), clientv3.WithLease(ids[0]))
 		tt.orGet(aggKey)
 		var err error
 		resp, err = s.sendWrite(ctx, tt, what)
@@ -390,7 +391,7 @@ func (s *Store) commitPrepared(ctx context.Context, fence authority.Fence) (auth
 	if err := s.begin(ctx); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
-	aggKey := s.keys.aggregate(fence)
+	aggKey := s.keys.Aggregate(fence)
 	rec, rev, known, err := s.loadAggregate(ctx, fence)
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -400,15 +401,15 @@ func (s *Store) commitPrepared(ctx context.Context, fence authority.Fence) (auth
 
 // commitAggregate commits the record rec at rev (nil: none); known says it
 // is the store's memory of the record rather than a read.
-func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggregateRecord, rev int64, known bool) (authority.CommitAggregateResult, error) {
+func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.AggregateRecord, rev int64, known bool) (authority.CommitAggregateResult, error) {
 	stale := authority.CommitAggregateResult{Kind: authority.KindStale}
 	if rec == nil {
 		return stale, nil
 	}
 	switch rec.State {
-	case aggregateCommitted:
+	case schema.AggregateCommitted:
 		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
-	case aggregatePrepared:
+	case schema.AggregatePrepared:
 	default:
 		return stale, nil
 	}
@@ -423,7 +424,7 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 	if t == nil {
 		return stale, nil
 	}
-	done, ttl := s.finished(rec, aggregateCommitted)
+	done, ttl := s.finished(rec, schema.AggregateCommitted)
 	tresp, err := s.sendFinished(ctx, t, aggKey, done, ttl, "the aggregate commit")
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -432,23 +433,25 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *aggrega
 		return s.aggregateCommitFailed(ctx, aggKey, tresp, rev, known)
 	}
 	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
+	tokens := map[authority.Key]int64{}
 	for _, n := range next {
-		n.modRev = tresp.Header.Revision
-		if n.ownerGen == 0 {
-			n.ownerGen = tresp.Header.Revision
+		moved := n.Token == 0
+		n.Written(tresp.Header.Revision)
+		if moved {
+			tokens[n.Key] = n.Token
 		}
 		s.remember(n)
 	}
-	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
+	return authority.CommitAggregateResult{Kind: authority.KindCommitted, OwnershipTokens: tokens}, nil
 }
 
 // commitRows returns the participants' rows at their expected versions,
 // from the cache or one read. A remembered record (known) is read with the
 // rows, since another store may have committed or aborted it: when it
 // changed, fresh is the record now in etcd and rows are nil.
-func (s *Store) commitRows(ctx context.Context, aggKey string, rec *aggregateRecord, rev int64, known bool) (rows []*row, fresh *knownAggregate, err error) {
+func (s *Store) commitRows(ctx context.Context, aggKey string, rec *schema.AggregateRecord, rev int64, known bool) (rows []*schema.Row, fresh *knownAggregate, err error) {
 	req := &rec.Request
-	rows = make([]*row, len(req.Participants))
+	rows = make([]*schema.Row, len(req.Participants))
 	var missing []int
 	for i, p := range req.Participants {
 		if rows[i] = s.cachedRow(p.AuthorityKey, p.ExpectedStoreVersion); rows[i] == nil {
@@ -460,7 +463,7 @@ func (s *Store) commitRows(ctx context.Context, aggKey string, rec *aggregateRec
 	}
 	ops := make([]clientv3.Op, len(missing), len(missing)+1)
 	for j, i := range missing {
-		ops[j] = opGet(s.keys.row(req.Participants[i].AuthorityKey))
+		ops[j] = opGet(s.keys.Row(req.Participants[i].AuthorityKey))
 	}
 	if known {
 		ops = append(ops, opGet(aggKey))
@@ -492,31 +495,31 @@ func (s *Store) commitRows(ctx context.Context, aggKey string, rec *aggregateRec
 // rewritten (a newOwner row moved to the target, with its capacity entry
 // and owner index). It returns nil when a row is not as prepared (stale),
 // and the rows as written (their revision is the Txn's).
-func (s *Store) buildAggregateCommit(aggKey string, rec *aggregateRecord, rev int64, rows []*row) (*txn, []*row) {
+func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord, rev int64, rows []*schema.Row) (*txn, []*schema.Row) {
 	req := &rec.Request
 	t := &txn{}
 	t.cmp(modRevIs(aggKey, rev))
 	liveSeen := map[string]bool{}
 	live := func(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) {
-		if k := s.keys.liveness(node, lifecycle, owner); !liveSeen[k] {
+		if k := s.keys.Liveness(node, lifecycle, owner); !liveSeen[k] {
 			liveSeen[k] = true
 			t.cmp(s.liveCmp(node, lifecycle, owner))
 		}
 	}
-	next := make([]*row, len(rows))
+	next := make([]*schema.Row, len(rows))
 	for i, p := range req.Participants {
 		r := rows[i]
-		if r == nil || r.alloc.State != authority.AllocationActive || version(r.modRev) != p.ExpectedStoreVersion {
+		if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != p.ExpectedStoreVersion {
 			return nil, nil
 		}
-		rowKey := s.keys.row(p.AuthorityKey)
-		t.cmp(modRevIs(rowKey, r.modRev))
-		n := r.next(0)
-		n.payload = append([]byte(nil), p.AuthorityPayload...)
+		rowKey := s.keys.Row(p.AuthorityKey)
+		t.cmp(modRevIs(rowKey, r.ModRev))
+		n := r.Next(0)
+		n.Payload = append([]byte(nil), p.AuthorityPayload...)
 		next[i] = n
 		if p.OwnerTransition != authority.TransitionNewOwner {
-			live(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
-			t.put(rowKey, n.encode(false))
+			live(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
+			t.put(rowKey, n.Encode())
 			continue
 		}
 		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
@@ -524,27 +527,27 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *aggregateRecord, rev in
 	}
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
-	t.del(s.keys.capacityAggregate(reserved, req.Fence()))
+	t.del(s.keys.CapacityAggregate(reserved, req.Fence()))
 	s.touchCapacity(t, reserved)
 	return t, next
 }
 
 // moveToTarget writes n, the row r at rowKey moved to req's target owner and node: the
 // row, its capacity entry and its owner index entry.
-func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *row) {
-	n.owner = req.TargetOwner
-	n.alloc = r.alloc.Clone()
-	n.alloc.Descriptor = req.TargetDescriptor
-	n.alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.ownerGen = 0 // resolved to this write's revision
-	t.put(rowKey, n.encode(true))
-	if oldCap, newCap := s.keys.capacityRow(r.alloc, r.key), s.keys.capacityRow(n.alloc, r.key); oldCap != newCap {
+func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *schema.Row) {
+	n.Owner = req.TargetOwner
+	n.Alloc = r.Alloc.Clone()
+	n.Alloc.Descriptor = req.TargetDescriptor
+	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
+	n.OwnerGen, n.Token = 0, 0 // a new owner: resolved to this write's revision
+	t.put(rowKey, n.Encode())
+	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.del(oldCap)
-		t.put(newCap, capacityValue(n.alloc.State, n.alloc.Capacity))
-		s.touchCapacity(t, r.alloc)
-		s.touchCapacity(t, n.alloc)
+		t.put(newCap, schema.EncodeCapacityEntry(n.Alloc.State, n.Alloc.Capacity))
+		s.touchCapacity(t, r.Alloc)
+		s.touchCapacity(t, n.Alloc)
 	}
-	if oldIdx, newIdx := s.keys.ownerRow(r.owner, r.key), s.keys.ownerRow(n.owner, r.key); oldIdx != newIdx {
+	if oldIdx, newIdx := s.keys.OwnerRow(r.Owner, r.Key), s.keys.OwnerRow(n.Owner, r.Key); oldIdx != newIdx {
 		t.del(oldIdx)
 		t.put(newIdx, "")
 	}
@@ -558,7 +561,7 @@ func (s *Store) aggregateCommitFailed(ctx context.Context, aggKey string, tresp 
 	switch {
 	case err != nil:
 		return authority.CommitAggregateResult{}, err
-	case fresh != nil && fresh.State == aggregateCommitted:
+	case fresh != nil && fresh.State == schema.AggregateCommitted:
 		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
 	case known && fresh != nil && freshRev != rev:
 		return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
@@ -583,25 +586,25 @@ func (s *Store) abortPrepared(ctx context.Context, fence authority.Fence) (autho
 
 // abortAggregate aborts the record rec at rev (nil: none); known says it is
 // the store's memory of the record rather than a read.
-func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *aggregateRecord, rev int64, known bool) (authority.AbortAggregateResult, error) {
+func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *schema.AggregateRecord, rev int64, known bool) (authority.AbortAggregateResult, error) {
 	stale := authority.AbortAggregateResult{Kind: authority.KindStale}
 	if rec == nil {
 		return stale, nil
 	}
 	switch rec.State {
-	case aggregateAborted:
+	case schema.AggregateAborted:
 		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
-	case aggregatePrepared:
+	case schema.AggregatePrepared:
 	default:
 		return stale, nil
 	}
-	aggKey := s.keys.aggregate(fence)
+	aggKey := s.keys.Aggregate(fence)
 	t := &txn{}
 	t.cmp(modRevIs(aggKey, rev))
-	aborted, ttl := s.finished(rec, aggregateAborted)
+	aborted, ttl := s.finished(rec, schema.AggregateAborted)
 	reserved := rec.Request.TargetAllocation()
 	reserved.State = authority.AllocationReserved
-	t.del(s.keys.capacityAggregate(reserved, fence))
+	t.del(s.keys.CapacityAggregate(reserved, fence))
 	s.touchCapacity(t, reserved)
 	resp, err := s.sendFinished(ctx, t, aggKey, aborted, ttl, "the aggregate abort")
 	if err != nil {
@@ -615,7 +618,7 @@ func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *
 	switch {
 	case err != nil:
 		return authority.AbortAggregateResult{}, err
-	case cur != nil && cur.State == aggregateAborted:
+	case cur != nil && cur.State == schema.AggregateAborted:
 		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
 	case known && cur != nil && curRev != rev:
 		// the record now in etcd decides, not the remembered one

@@ -9,6 +9,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,7 +41,7 @@ func TestAggregateSizeLimits(t *testing.T) {
 	done, err := s.CommitAggregate(context.Background(), fence)
 	require.NoError(t, err)
 	require.Equal(t, authority.KindCommitted, done.Kind)
-	rec, err := shared.Get(context.Background(), etcdstore.Prefix(s.Namespace(), etcdstore.EntryAggregate), clientv3.WithPrefix())
+	rec, err := shared.Get(context.Background(), schema.Prefix(s.Namespace(), schema.EntryAggregate), clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, rec.Kvs, 1)
 	require.Less(t, len(rec.Kvs[0].Value), 4<<10, "the finished record keeps no payload")

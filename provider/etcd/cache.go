@@ -1,6 +1,10 @@
 package etcd
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+)
 
 // boundedCache is a map of at most max entries that forgets the oldest
 // inserted entry first.
@@ -52,20 +56,22 @@ type cacheKey struct {
 // rowCache is a bounded cache of decoded rows addressed by (key,
 // ModRevision). Such a pair names one immutable row state, so an entry is
 // never stale; it only may be missing.
-type rowCache struct{ c *boundedCache[cacheKey, *row] }
+type rowCache struct {
+	c *boundedCache[cacheKey, *schema.Row]
+}
 
-func newRowCache(max int) *rowCache { return &rowCache{newBoundedCache[cacheKey, *row](max)} }
+func newRowCache(max int) *rowCache { return &rowCache{newBoundedCache[cacheKey, *schema.Row](max)} }
 
-func (c *rowCache) get(key string, rev int64) *row {
+func (c *rowCache) get(key string, rev int64) *schema.Row {
 	r, _ := c.c.get(cacheKey{key, rev})
 	return r
 }
 
-func (c *rowCache) put(key string, r *row) {
-	if r == nil || r.modRev == 0 {
+func (c *rowCache) put(key string, r *schema.Row) {
+	if r == nil || r.ModRev == 0 {
 		return
 	}
-	c.c.put(cacheKey{key, r.modRev}, r, false)
+	c.c.put(cacheKey{key, r.ModRev}, r, false)
 }
 
 // knownAggregate is the last state of an aggregate record this store wrote
@@ -74,6 +80,6 @@ func (c *rowCache) put(key string, r *row) {
 // a compare of that ModRevision; committed and aborted records never change
 // until they expire (loadAggregate checks the expiry on every use).
 type knownAggregate struct {
-	rec *aggregateRecord
+	rec *schema.AggregateRecord
 	rev int64
 }

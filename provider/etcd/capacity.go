@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,13 +19,13 @@ type nodeUsage struct {
 
 func (s *Store) sumUsage(node authority.NodeDescriptor, lifecycle int64, kvs []*mvccpb.KeyValue) (nodeUsage, error) {
 	u := nodeUsage{reserved: map[authority.CapacityCounter]int64{}, active: map[authority.CapacityCounter]int64{}}
-	prefix := s.keys.capacityNode(node, lifecycle)
+	prefix := s.keys.CapacityNode(node, lifecycle)
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), prefix)
 		if !strings.HasPrefix(rest, "row/") && !strings.HasPrefix(rest, "agg/") {
 			return u, corrupt(string(kv.Key), nil)
 		}
-		st, c, err := decodeCapacityValue(kv.Value)
+		st, c, err := schema.DecodeCapacityEntry(kv.Value)
 		if err != nil {
 			return u, corrupt(string(kv.Key), err)
 		}
@@ -47,7 +48,7 @@ var capacityPage int64 = 1000
 // capacityRangeOp reads the first capacityPage capacity entries of a node
 // lifecycle; capacityKvs reads the rest.
 func (s *Store) capacityRangeOp(node authority.NodeDescriptor, lifecycle int64) clientv3.Op {
-	p := s.keys.capacityNode(node, lifecycle)
+	p := s.keys.CapacityNode(node, lifecycle)
 	return clientv3.OpGet(p, clientv3.WithRange(prefixEnd(p)), clientv3.WithLimit(capacityPage))
 }
 
@@ -61,7 +62,7 @@ func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h r
 	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	rest, err := s.readRest(rctx, string(r.Kvs[len(r.Kvs)-1].Key), prefixEnd(s.keys.capacityNode(node, lifecycle)), resp.Header.Revision, capacityPage)
+	rest, err := s.readRest(rctx, string(r.Kvs[len(r.Kvs)-1].Key), prefixEnd(s.keys.CapacityNode(node, lifecycle)), resp.Header.Revision, capacityPage)
 	if err != nil {
 		return nil, mapError(err, false)
 	}
@@ -87,14 +88,14 @@ func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h r
 // A Txn so fenced is sent alone, never merged with writes that may touch the
 // same epoch.
 func (s *Store) fenceCapacity(t *txn, node authority.NodeDescriptor, lifecycle int64, epoch int64) {
-	t.cmp(modRevIs(s.keys.capacityEpoch(node, lifecycle), epoch))
+	t.cmp(modRevIs(s.keys.CapacityEpoch(node, lifecycle), epoch))
 	t.alone = true
 }
 
 // touchCapacity records in t that it changes a capacity entry of alloc's
 // node lifecycle.
 func (s *Store) touchCapacity(t *txn, alloc authority.PlacementAllocation) {
-	t.touch(s.keys.capacityEpoch(alloc.Descriptor, alloc.DescriptorLifecycleGeneration))
+	t.touch(s.keys.CapacityEpoch(alloc.Descriptor, alloc.DescriptorLifecycleGeneration))
 }
 
 // fits asks the policy whether alloc fits next to usage.

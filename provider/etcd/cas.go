@@ -4,6 +4,7 @@ import (
 	"context"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // compareExchangeAuthority applies m to the active row at key when its
@@ -22,46 +23,47 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		if err != nil {
 			return authority.CompareExchangeResult{}, err
 		}
-		if r == nil || version(r.modRev) != expected {
+		if r == nil || schema.Version(r.ModRev) != expected {
 			return s.conflict(r), nil
 		}
 		cur = r
 	}
-	if cur.alloc.State != authority.AllocationActive {
+	if cur.Alloc.State != authority.AllocationActive {
 		return s.conflictNow(ctx, key)
 	}
-	rowKey := s.keys.row(key)
+	rowKey := s.keys.Row(key)
 	t := &txn{}
-	t.cmp(modRevIs(rowKey, cur.modRev))
+	t.cmp(modRevIs(rowKey, cur.ModRev))
 	t.orGet(rowKey)
-	next := cur.next(0)
+	next := cur.Next(0)
 	switch m.Kind {
 	case authority.MutationDelete:
 		t.cmp(s.rowOwnerLive(cur))
 		t.del(rowKey)
-		t.del(s.keys.capacityRow(cur.alloc, key))
-		s.touchCapacity(t, cur.alloc)
-		t.del(s.keys.ownerRow(cur.owner, key))
+		t.del(s.keys.CapacityRow(cur.Alloc, key))
+		s.touchCapacity(t, cur.Alloc)
+		t.del(s.keys.OwnerRow(cur.Owner, key))
 	case authority.MutationRebindOwnerLease:
-		if m.ExpectedOwner != cur.owner {
+		if m.ExpectedOwner != cur.Owner {
 			return s.conflictNow(ctx, key)
 		}
-		next.owner = m.TargetOwner
-		next.payload = m.Payload
-		t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, m.TargetOwner))
-		t.put(rowKey, next.encode(false))
-		t.del(s.keys.ownerRow(cur.owner, key))
-		t.put(s.keys.ownerRow(next.owner, key), "")
+		next.Owner = m.TargetOwner
+		next.Token = 0 // a new owner lease: resolved to this write's revision
+		next.Payload = m.Payload
+		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, m.TargetOwner))
+		t.put(rowKey, next.Encode())
+		t.del(s.keys.OwnerRow(cur.Owner, key))
+		t.put(s.keys.OwnerRow(next.Owner, key), "")
 	case authority.MutationRestore:
-		if m.ExpectedOwner != cur.owner {
+		if m.ExpectedOwner != cur.Owner {
 			return s.conflictNow(ctx, key)
 		}
-		next.payload = m.Payload
-		t.put(rowKey, next.encode(false))
+		next.Payload = m.Payload
+		t.put(rowKey, next.Encode())
 	default: // put
 		t.cmp(s.rowOwnerLive(cur))
-		next.payload = m.Payload
-		t.put(rowKey, next.encode(false))
+		next.Payload = m.Payload
+		t.put(rowKey, next.Encode())
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {
@@ -76,15 +78,15 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	}
 	now := s.clock.Now()
 	if m.Kind == authority.MutationDelete {
-		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: version(resp.Header.Revision), StoreNow: now}, nil
+		return authority.CompareExchangeResult{Kind: authority.KindDeleted, StoreVersion: schema.Version(resp.Header.Revision), StoreNow: now}, nil
 	}
-	next.modRev = resp.Header.Revision
-	next.payload = append([]byte(nil), m.Payload...)
+	next.Written(resp.Header.Revision)
+	next.Payload = append([]byte(nil), m.Payload...)
 	s.remember(next)
-	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.snapshot(now), StoreNow: now}, nil
+	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.Snapshot(now), StoreNow: now}, nil
 }
 
-func (s *Store) conflict(r *row) authority.CompareExchangeResult {
+func (s *Store) conflict(r *schema.Row) authority.CompareExchangeResult {
 	return authority.CompareExchangeResult{Kind: authority.KindConflict, Current: s.readResult(r)}
 }
 

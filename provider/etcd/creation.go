@@ -6,26 +6,21 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
-
-// Reservation terminal states.
-const (
-	reservationCommitted = "committed"
-	reservationAborted   = "aborted"
 )
 
 // sameTarget reports whether a reserved row was reserved for target (the
 // contract's same-creation-target check; docs/glossary.md).
-func sameTarget(r *row, t authority.CreationTarget) bool {
-	return r.alloc.Descriptor == t.Descriptor() && r.alloc.DescriptorLifecycleGeneration == t.NodeLifecycleGeneration && r.owner == t.Owner
+func sameTarget(r *schema.Row, t authority.CreationTarget) bool {
+	return r.Alloc.Descriptor == t.Descriptor() && r.Alloc.DescriptorLifecycleGeneration == t.NodeLifecycleGeneration && r.Owner == t.Owner
 }
 
 // pendingMatches reports whether r is the reserved row of reservation id at
 // version expected for target.
-func pendingMatches(r *row, id string, expected authority.StoreVersion, target authority.CreationTarget) bool {
-	return r != nil && r.alloc.State == authority.AllocationReserved && r.pending != nil &&
-		r.pending.ReservationID == id && version(r.modRev) == expected && sameTarget(r, target)
+func pendingMatches(r *schema.Row, id string, expected authority.StoreVersion, target authority.CreationTarget) bool {
+	return r != nil && r.Alloc.State == authority.AllocationReserved && r.Pending != nil &&
+		r.Pending.ReservationID == id && schema.Version(r.ModRev) == expected && sameTarget(r, target)
 }
 
 // reservationState returns the unexpired state of a reservation terminal
@@ -34,7 +29,7 @@ func (s *Store) reservationState(kv *mvccpbKV) (string, error) {
 	if kv == nil {
 		return "", nil
 	}
-	rec, err := decodeReservation(kv)
+	rec, err := schema.DecodeReservation(kv)
 	if err != nil {
 		return "", err
 	}
@@ -44,32 +39,32 @@ func (s *Store) reservationState(kv *mvccpbKV) (string, error) {
 	return rec.State, nil
 }
 
-func (s *Store) reservationRecord(state string) (reservationRecord, time.Duration) {
-	return reservationRecord{State: state, ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
+func (s *Store) reservationRecord(state string) (schema.ReservationTerminal, time.Duration) {
+	return schema.ReservationTerminal{State: state, ExpiresAt: s.clock.Now().Add(s.retention)}, s.retention
 }
 
 // activate writes the reserved row cur as active with payload, turning its
 // capacity entry from reserved to active, into t; it returns the new row
 // (without its revision).
-func (s *Store) activate(t *txn, cur *row, payload []byte) *row {
-	next := cur.next(0)
-	next.alloc = cur.alloc.Clone()
-	next.alloc.State = authority.AllocationActive
-	next.pending = nil
-	next.payload = append([]byte(nil), payload...)
-	t.put(s.keys.row(cur.key), next.encode(false))
-	t.put(s.keys.capacityRow(next.alloc, cur.key), capacityValue(next.alloc.State, next.alloc.Capacity))
-	s.touchCapacity(t, next.alloc)
+func (s *Store) activate(t *txn, cur *schema.Row, payload []byte) *schema.Row {
+	next := cur.Next(0)
+	next.Alloc = cur.Alloc.Clone()
+	next.Alloc.State = authority.AllocationActive
+	next.Pending = nil
+	next.Payload = append([]byte(nil), payload...)
+	t.put(s.keys.Row(cur.Key), next.Encode())
+	t.put(s.keys.CapacityRow(next.Alloc, cur.Key), schema.EncodeCapacityEntry(next.Alloc.State, next.Alloc.Capacity))
+	s.touchCapacity(t, next.Alloc)
 	return next
 }
 
 // dropReserved deletes the reserved row cur, its capacity and owner index
 // entries, into t.
-func (s *Store) dropReserved(t *txn, cur *row) {
-	t.del(s.keys.row(cur.key))
-	t.del(s.keys.capacityRow(cur.alloc, cur.key))
-	s.touchCapacity(t, cur.alloc)
-	t.del(s.keys.ownerRow(cur.owner, cur.key))
+func (s *Store) dropReserved(t *txn, cur *schema.Row) {
+	t.del(s.keys.Row(cur.Key))
+	t.del(s.keys.CapacityRow(cur.Alloc, cur.Key))
+	s.touchCapacity(t, cur.Alloc)
+	t.del(s.keys.OwnerRow(cur.Owner, cur.Key))
 }
 
 // commitReservation turns a reserved Spot into an active one: one Txn when the
@@ -82,8 +77,8 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 	if err := s.begin(ctx); err != nil {
 		return authority.CommitResult{}, err
 	}
-	rowKey, resKey := s.keys.row(key), s.keys.reservation(req.ReservationID)
-	decide := func(resp *clientv3.TxnResponse) (*row, *authority.CommitResult, error) {
+	rowKey, resKey := s.keys.Row(key), s.keys.Reservation(req.ReservationID)
+	decide := func(resp *clientv3.TxnResponse) (*schema.Row, *authority.CommitResult, error) {
 		got := readsOf(resp)
 		cur, err := s.rowIn(got, key)
 		if err != nil {
@@ -93,8 +88,8 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		if err != nil {
 			return nil, nil, err
 		}
-		if state == reservationCommitted && cur != nil && cur.alloc.State == authority.AllocationActive {
-			return nil, &authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: cur.snapshot(s.clock.Now())}, nil
+		if state == schema.ReservationCommitted && cur != nil && cur.Alloc.State == authority.AllocationActive {
+			return nil, &authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: cur.Snapshot(s.clock.Now())}, nil
 		}
 		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
 			return nil, &authority.CommitResult{Kind: authority.KindStale}, nil
@@ -113,15 +108,15 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		}
 		cur = c
 	}
-	rec, ttl := s.reservationRecord(reservationCommitted)
+	rec, ttl := s.reservationRecord(schema.ReservationCommitted)
 	var resp *clientv3.TxnResponse
-	var next *row
+	var next *schema.Row
 	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
 		t := &txn{}
-		t.cmp(modRevIs(rowKey, cur.modRev))
-		t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))
+		t.cmp(modRevIs(rowKey, cur.ModRev))
+		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
 		next = s.activate(t, cur, req.ReadyPayload)
-		t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
+		t.put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
 		t.orGet(rowKey)
 		t.orGet(resKey)
 		var err error
@@ -141,9 +136,9 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		}
 		return *out, nil
 	}
-	next.modRev = resp.Header.Revision
+	next.Written(resp.Header.Revision)
 	s.remember(next)
-	return authority.CommitResult{Kind: authority.KindCommitted, Ready: next.snapshot(s.clock.Now())}, nil
+	return authority.CommitResult{Kind: authority.KindCommitted, Ready: next.Snapshot(s.clock.Now())}, nil
 }
 
 func derefCommit(r *authority.CommitResult) authority.CommitResult {
@@ -163,7 +158,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if err := s.begin(ctx); err != nil {
 		return authority.AbortResult{}, err
 	}
-	rowKey, resKey := s.keys.row(key), s.keys.reservation(req.ReservationID)
+	rowKey, resKey := s.keys.Row(key), s.keys.Reservation(req.ReservationID)
 	cur := s.cachedRow(key, req.ExpectedStoreVersion)
 	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
 		resp, err := s.read(ctx, opGet(rowKey), opGet(resKey))
@@ -175,7 +170,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 		if err != nil {
 			return authority.AbortResult{}, err
 		}
-		if state == reservationAborted {
+		if state == schema.ReservationAborted {
 			return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
 		}
 		if cur, err = s.rowIn(got, key); err != nil {
@@ -185,13 +180,13 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 			return authority.AbortResult{Kind: authority.KindStale}, nil
 		}
 	}
-	rec, ttl := s.reservationRecord(reservationAborted)
+	rec, ttl := s.reservationRecord(schema.ReservationAborted)
 	var resp *clientv3.TxnResponse
 	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
 		t := &txn{}
-		t.cmp(modRevIs(rowKey, cur.modRev))
+		t.cmp(modRevIs(rowKey, cur.ModRev))
 		s.dropReserved(t, cur)
-		t.put(resKey, rec.encode(), clientv3.WithLease(ids[0]))
+		t.put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
 		t.orGet(resKey)
 		var err error
 		resp, err = s.sendWrite(ctx, t, "the abort")
@@ -207,7 +202,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if err != nil {
 		return authority.AbortResult{}, err
 	}
-	if state == reservationAborted {
+	if state == schema.ReservationAborted {
 		return authority.AbortResult{Kind: authority.KindAlreadyAborted}, nil
 	}
 	return authority.AbortResult{Kind: authority.KindStale}, nil
@@ -224,7 +219,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{}, err
 	}
 	c := &creationCompletion{s: s, req: &req, key: key, record: record,
-		rowKey: s.keys.row(key), resKey: s.keys.reservation(req.ReservationID), termKey: s.keys.terminal(record.Operation)}
+		rowKey: s.keys.Row(key), resKey: s.keys.Reservation(req.ReservationID), termKey: s.keys.Terminal(record.Operation)}
 	cur := s.cachedRow(key, req.ExpectedStoreVersion)
 	var termRev int64
 	if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
@@ -247,7 +242,7 @@ func (s *Store) completeCreation(ctx context.Context, req authority.CompleteCrea
 		if err != nil || out != nil {
 			return derefComplete(out), err
 		}
-		liveKey := s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
+		liveKey := s.keys.Liveness(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner)
 		r, rev, out, err := c.decide(resp, liveKey)
 		if err != nil || out != nil {
 			return derefComplete(out), err
@@ -273,12 +268,12 @@ type creationCompletion struct {
 // (liveKey: the owner's liveness key when the Txn read it, else ""); it
 // returns the outcome, or the row and the ModRevision of an expired creation
 // terminal to overwrite when the completion can apply.
-func (c *creationCompletion) decide(resp *clientv3.TxnResponse, liveKey string) (*row, int64, *authority.CompleteCreationResult, error) {
+func (c *creationCompletion) decide(resp *clientv3.TxnResponse, liveKey string) (*schema.Row, int64, *authority.CompleteCreationResult, error) {
 	s, req := c.s, c.req
 	got, now := readsOf(resp), s.clock.Now()
 	var termRev int64
 	if kv := got[c.termKey]; kv != nil {
-		existing, err := decodeTerminal(kv)
+		existing, err := schema.DecodeTerminal(kv)
 		if err != nil {
 			return nil, 0, nil, err
 		}
@@ -291,7 +286,7 @@ func (c *creationCompletion) decide(resp *clientv3.TxnResponse, liveKey string) 
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if state != "" && state != reservationAborted {
+	if state != "" && state != schema.ReservationAborted {
 		return nil, 0, &authority.CompleteCreationResult{Kind: authority.KindStale}, nil
 	}
 	cur, err := s.rowIn(got, c.key)
@@ -310,9 +305,9 @@ func (c *creationCompletion) decide(resp *clientv3.TxnResponse, liveKey string) 
 // creation terminals; it returns the outcome when the Txn applied, else the
 // failed Txn's response (its Else reads the row, both terminals and the
 // owner's liveness).
-func (c *creationCompletion) send(ctx context.Context, cur *row, termRev int64) (*authority.CompleteCreationResult, *clientv3.TxnResponse, error) {
+func (c *creationCompletion) send(ctx context.Context, cur *schema.Row, termRev int64) (*authority.CompleteCreationResult, *clientv3.TxnResponse, error) {
 	s, req, record := c.s, c.req, c.record
-	liveKey := s.keys.liveness(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner)
+	liveKey := s.keys.Liveness(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner)
 	_, resTTL := s.reservationRecord("")
 	// the reads took time: the terminal must still be live when the write is
 	// built (ValidateTerminalExpiry), not only when validated
@@ -321,25 +316,25 @@ func (c *creationCompletion) send(ctx context.Context, cur *row, termRev int64) 
 		return nil, nil, err
 	}
 	var resp *clientv3.TxnResponse
-	var next *row
+	var next *schema.Row
 	err := s.leases.withLeases(ctx, []time.Duration{resTTL, record.ExpiresAt.Sub(now)}, func(ids []clientv3.LeaseID) error {
 		// granting the leases took time too
 		if err := authority.ValidateTerminalExpiry(record.ExpiresAt, s.clock.Now()); err != nil {
 			return err
 		}
 		t := &txn{}
-		t.cmp(modRevIs(c.rowKey, cur.modRev))
-		t.cmp(s.liveCmp(cur.alloc.Descriptor, cur.alloc.DescriptorLifecycleGeneration, cur.owner))
+		t.cmp(modRevIs(c.rowKey, cur.ModRev))
+		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
 		t.cmp(modRevIs(c.termKey, termRev))
 		state := string(req.Completion.Kind)
 		if req.Completion.Kind == authority.TerminalCreated {
-			next, state = s.activate(t, cur, req.Completion.ReadyPayload), reservationCommitted
+			next, state = s.activate(t, cur, req.Completion.ReadyPayload), schema.ReservationCommitted
 		} else {
 			s.dropReserved(t, cur)
 		}
 		rec, _ := s.reservationRecord(state)
-		t.put(c.resKey, rec.encode(), clientv3.WithLease(ids[0]))
-		t.put(c.termKey, encodeTerminal(record), clientv3.WithLease(ids[1]))
+		t.put(c.resKey, rec.Encode(), clientv3.WithLease(ids[0]))
+		t.put(c.termKey, schema.EncodeTerminal(record), clientv3.WithLease(ids[1]))
 		for _, k := range []string{c.rowKey, c.resKey, c.termKey, liveKey} {
 			t.orGet(k)
 		}
@@ -352,9 +347,9 @@ func (c *creationCompletion) send(ctx context.Context, cur *row, termRev int64) 
 	}
 	out := authority.CompleteCreationResult{Kind: authority.ResultKind(req.Completion.Kind), Terminal: record.Clone()}
 	if next != nil {
-		next.modRev = resp.Header.Revision
+		next.Written(resp.Header.Revision)
 		s.remember(next)
-		out.Ready = next.snapshot(s.clock.Now())
+		out.Ready = next.Snapshot(s.clock.Now())
 	}
 	return &out, nil, nil
 }
@@ -374,16 +369,16 @@ func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationO
 	if err := s.begin(ctx); err != nil {
 		return authority.TerminalReadResult{}, err
 	}
-	resp, err := s.read(ctx, opGet(s.keys.terminal(op)))
+	resp, err := s.read(ctx, opGet(s.keys.Terminal(op)))
 	if err != nil {
 		return authority.TerminalReadResult{}, err
 	}
 	now := s.clock.Now()
-	kv := readsOf(resp)[s.keys.terminal(op)]
+	kv := readsOf(resp)[s.keys.Terminal(op)]
 	if kv == nil {
 		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
 	}
-	rec, err := decodeTerminal(kv)
+	rec, err := schema.DecodeTerminal(kv)
 	if err != nil {
 		return authority.TerminalReadResult{}, err
 	}

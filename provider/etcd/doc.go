@@ -7,7 +7,8 @@
 // Every key lives under the store's namespace ns (default
 // "/zlink/authority/v1/", always ending in "/"); nothing outside it is read or
 // written. Segments written <esc x> are url.PathEscape'd, so they never
-// contain "/".
+// contain "/". Package schema builds and parses these keys and encodes and
+// decodes their values; nothing else knows their bytes.
 //
 //	ns/rows/<authority key>                         row: metadata + payload
 //	ns/owners/<esc owner>/<lease gen>/<esc mesh>/<esc rid>/<lifecycle>
@@ -36,7 +37,9 @@
 // owner generation is the revision of the write that gave it its owner
 // (reserve, or an aggregate's newOwner commit): that write stores a sentinel
 // meaning "my own ModRevision", and the next write of the row stores the
-// resolved number. No counter key is shared by all writes.
+// resolved number. Its ownership token (Snapshot.OwnershipToken) is kept the
+// same way, set also by a rebind to a new lease. No counter key is shared by
+// all writes.
 //
 // # Fencing
 //

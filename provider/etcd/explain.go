@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -12,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // txnFailed maps the error of a Txn the store sent (write: it had writes)
@@ -53,7 +53,7 @@ func (s *Store) explainFailure(ctx context.Context, t *txn, resp *clientv3.TxnRe
 			kvs = append(kvs, kv)
 		}
 		if !cmpHolds(c, kvs) {
-			s.obs.Refused(ctx, s.keys.compareKind(string(c.Key)))
+			s.obs.Refused(ctx, compareKind(s.keys, string(c.Key)))
 			return
 		}
 	}
@@ -75,7 +75,7 @@ func (s *Store) explainFailure(ctx context.Context, t *txn, resp *clientv3.TxnRe
 	}
 	for i, c := range unread {
 		if !cmpHolds(c, reads[i].in(again).Kvs) {
-			s.obs.Refused(ctx, s.keys.compareKind(string(c.Key)))
+			s.obs.Refused(ctx, compareKind(s.keys, string(c.Key)))
 			return
 		}
 	}
@@ -150,16 +150,15 @@ func cmpResult(r pb.Compare_CompareResult, order int) bool {
 
 // compareKind names what a compare on key guards, by the key's layout
 // segment.
-func (l layout) compareKind(key string) observe.Compare {
-	segment, _, _ := strings.Cut(strings.TrimPrefix(key, l.ns), "/")
-	switch segment {
-	case segOwners, segOwnerGens:
+func compareKind(l schema.Layout, key string) observe.Compare {
+	switch l.Segment(key) {
+	case schema.SegOwners, schema.SegOwnerGens:
 		return observe.CompareOwnerLease
-	case segCapacity, segCapacityEpochs:
+	case schema.SegCapacity, schema.SegCapacityEpochs:
 		return observe.CompareCapacityEpoch
-	case segAggregates:
+	case schema.SegAggregates:
 		return observe.CompareAggregateRecord
-	case segReservations, segTerminals:
+	case schema.SegReservations, schema.SegTerminals:
 		return observe.CompareReservation
 	}
 	return observe.CompareRowVersion

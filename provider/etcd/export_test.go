@@ -24,7 +24,7 @@ func ForgetRows(s *Store) { s.cache = newRowCache(4096) }
 func QueuedReservations(s *Store, node authority.NodeDescriptor, lifecycle int64) int {
 	s.groups.mu.Lock()
 	defer s.groups.mu.Unlock()
-	q := s.groups.m[s.keys.capacityNode(node, lifecycle)]
+	q := s.groups.m[s.keys.CapacityNode(node, lifecycle)]
 	if q == nil {
 		return 0
 	}
@@ -50,7 +50,7 @@ func WatchedUsage(ctx context.Context, s *Store, node authority.NodeDescriptor, 
 	if err != nil {
 		return authority.CapacityUsage{}, false, err
 	}
-	u, ok := s.usage.wait(ctx, s.keys.capacityNode(node, lifecycle), epochOf(resp, ur))
+	u, ok := s.usage.wait(ctx, s.keys.CapacityNode(node, lifecycle), epochOf(resp, ur))
 	c := authority.UsageCounter(node, lifecycle, kind, stableType)
 	return authority.CapacityUsage{Active: u.active[c], Reserved: u.reserved[c]}, ok, nil
 }
@@ -118,4 +118,12 @@ func DrawBlobReferences(t interface{ Cleanup(func()) }, refs ...string) {
 		return ref
 	}
 	t.Cleanup(func() { newBlobReference = old })
+}
+
+// SetRemoveIndexPage sets how many owner index entries RemoveAllByOwner
+// reads at once, until the test ends.
+func SetRemoveIndexPage(t interface{ Cleanup(func()) }, n int) {
+	old := removeIndexPage
+	removeIndexPage = n
+	t.Cleanup(func() { removeIndexPage = old })
 }

@@ -14,6 +14,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -52,13 +53,13 @@ func newInspected(t *testing.T) *inspected {
 	// Spots: committed, still reserved, aborted.
 	r := fx.Reserve(authority.ObjectUserSpot, "spot-1", conformance.TargetA)
 	fx.MustCommit(r, []byte("spot-1 ready"))
-	in.reservations[r.Res.ReservationID] = etcdstore.ReservationCommitted
+	in.reservations[r.Res.ReservationID] = schema.ReservationCommitted
 	fx.Reserve(authority.ObjectInstanceSpot, "spot-2", conformance.TargetB)
 	r = fx.Reserve(authority.ObjectUserSpot, "spot-3", conformance.TargetA)
 	ab, err := s.Abort(ctx, r.AbortRequest())
 	require.NoError(t, err)
 	require.Equal(t, authority.KindAborted, ab.Kind)
-	in.reservations[r.Res.ReservationID] = etcdstore.ReservationAborted
+	in.reservations[r.Res.ReservationID] = schema.ReservationAborted
 
 	// Actors: created and rejected, each publishing a terminal.
 	for id, kind := range map[string]authority.CompletionKind{"actor-1": authority.TerminalCreated, "actor-2": authority.TerminalRejected} {
@@ -66,7 +67,7 @@ func newInspected(t *testing.T) *inspected {
 		done := fx.MustComplete(r, kind, []byte(id+" ready"), fx.Publication())
 		require.NotNil(t, done.Terminal)
 		in.terminals = append(in.terminals, done.Terminal)
-		want := etcdstore.ReservationCommitted
+		want := schema.ReservationCommitted
 		if kind != authority.TerminalCreated {
 			want = string(kind)
 		}
@@ -74,22 +75,22 @@ func newInspected(t *testing.T) *inspected {
 	}
 
 	// Aggregates: committed, prepared, aborted.
-	for i, end := range []string{etcdstore.AggregateCommitted, etcdstore.AggregatePrepared, etcdstore.AggregateAborted} {
+	for i, end := range []string{schema.AggregateCommitted, schema.AggregatePrepared, schema.AggregateAborted} {
 		id := []string{"move/1", "move 2", "move-3"}[i]
 		r := fx.Reserve(authority.ObjectUserSpot, "mover-"+id, conformance.TargetA)
 		a := fx.MustCommit(r, []byte("ready"))
-		in.reservations[r.Res.ReservationID] = etcdstore.ReservationCommitted
+		in.reservations[r.Res.ReservationID] = schema.ReservationCommitted
 		req := conformance.AggregateRequest(id, int64(i+1), conformance.TargetB, a.Allocation.Capacity,
 			conformance.Participant(r.Key, a.StoreVersion, authority.TransitionNewOwner, []byte("moved")))
 		prep, err := s.PrepareAggregate(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, authority.KindPrepared, prep.Kind)
 		switch end {
-		case etcdstore.AggregateCommitted:
+		case schema.AggregateCommitted:
 			res, err := s.CommitAggregate(ctx, prep.Fence)
 			require.NoError(t, err)
 			require.Equal(t, authority.KindCommitted, res.Kind)
-		case etcdstore.AggregateAborted:
+		case schema.AggregateAborted:
 			res, err := s.AbortAggregate(ctx, prep.Fence)
 			require.NoError(t, err)
 			require.Equal(t, authority.KindAborted, res.Kind)
@@ -105,17 +106,17 @@ func newInspected(t *testing.T) *inspected {
 }
 
 // decodeAll ranges the store's namespace raw and decodes every key.
-func (in *inspected) decodeAll(t *testing.T) ([]etcdstore.Entry, []*mvccpb.KeyValue) {
+func (in *inspected) decodeAll(t *testing.T) ([]schema.Entry, []*mvccpb.KeyValue) {
 	t.Helper()
 	ns := in.s.Namespace()
 	resp, err := shared.Get(context.Background(), ns, clientv3.WithPrefix())
 	require.NoError(t, err)
-	out := make([]etcdstore.Entry, len(resp.Kvs))
+	out := make([]schema.Entry, len(resp.Kvs))
 	for i, kv := range resp.Kvs {
-		e, err := etcdstore.DecodeEntry(ns, kv)
+		e, err := schema.DecodeEntry(ns, kv)
 		require.NoError(t, err, "key %q", kv.Key)
-		require.NotEqual(t, etcdstore.EntryUnknown, e.Kind, "key %q", kv.Key)
-		require.True(t, strings.HasPrefix(string(kv.Key), etcdstore.Prefix(ns, e.Kind)), "key %q is no %s", kv.Key, e.Kind)
+		require.NotEqual(t, schema.EntryUnknown, e.Kind, "key %q", kv.Key)
+		require.True(t, strings.HasPrefix(string(kv.Key), schema.Prefix(ns, e.Kind)), "key %q is no %s", kv.Key, e.Kind)
 		out[i] = e
 	}
 	return out, resp.Kvs
@@ -127,7 +128,7 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 	s, ns := in.s, in.s.Namespace()
 	entries, kvs := in.decodeAll(t)
 
-	seen := map[etcdstore.EntryKind]int{}
+	seen := map[schema.EntryKind]int{}
 	type counterKey struct {
 		node      authority.NodeDescriptor
 		lifecycle int64
@@ -151,7 +152,7 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 		kv := kvs[i]
 		seen[e.Kind]++
 		switch e.Kind {
-		case etcdstore.EntryRow:
+		case schema.EntryRow:
 			read, err := s.ReadAuthority(ctx, e.Key)
 			require.NoError(t, err)
 			require.Equal(t, authority.KindSnapshot, read.Kind)
@@ -159,19 +160,19 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			want.StoreNow = time.Time{}
 			require.Equal(t, &want, e.Snapshot, "row %s", e.Key)
 			rowKeys = append(rowKeys, e.Key)
-		case etcdstore.EntryOwnerLiveness:
+		case schema.EntryOwnerLiveness:
 			live, err := s.IsTargetLive(ctx, e.Node, e.Lifecycle, e.Owner)
 			require.NoError(t, err)
 			require.True(t, live, "%+v", e)
-			require.True(t, strings.HasPrefix(string(kv.Key), etcdstore.OwnerLivenessPrefix(ns, e.Owner)))
+			require.True(t, strings.HasPrefix(string(kv.Key), schema.OwnerLivenessPrefix(ns, e.Owner)))
 			require.NotZero(t, kv.Lease)
 			lives[e.Owner] = true
-		case etcdstore.EntryOwnerGeneration:
+		case schema.EntryOwnerGeneration:
 			require.Equal(t, in.lease.Token(), e.Owner)
-		case etcdstore.EntryOwnerIndex:
-			require.True(t, strings.HasPrefix(string(kv.Key), etcdstore.OwnerIndexPrefix(ns, e.Owner)))
+		case schema.EntryOwnerIndex:
+			require.True(t, strings.HasPrefix(string(kv.Key), schema.OwnerIndexPrefix(ns, e.Owner)))
 			indexed[e.Key] = e.Owner
-		case etcdstore.EntryCapacity:
+		case schema.EntryCapacity:
 			lastEntry[nodeKey{e.Node, e.Lifecycle}] = max(lastEntry[nodeKey{e.Node, e.Lifecycle}], kv.ModRevision)
 			for _, c := range authority.CapacityEntries(e.Node, e.Lifecycle, e.Capacity.Vector) {
 				k := counterKey{e.Node, e.Lifecycle, c.Counter.ObjectKind, c.Counter.StableType}
@@ -185,7 +186,7 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 				}
 			}
 			if e.Capacity.Aggregate {
-				require.Equal(t, etcdstore.AggregatePrepared, in.aggregates[e.Fence], "capacity of %+v", e.Fence)
+				require.Equal(t, schema.AggregatePrepared, in.aggregates[e.Fence], "capacity of %+v", e.Fence)
 				require.Equal(t, in.requests[e.Fence].Capacity, e.Capacity.Vector)
 				require.Equal(t, authority.AllocationReserved, e.Capacity.State)
 				require.Equal(t, conformance.NodeB, e.Node)
@@ -196,21 +197,21 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			require.Equal(t, row.Allocation.Capacity, e.Capacity.Vector)
 			require.Equal(t, row.Allocation.Descriptor, e.Node)
 			require.Equal(t, row.Allocation.DescriptorLifecycleGeneration, e.Lifecycle)
-		case etcdstore.EntryReservation:
+		case schema.EntryReservation:
 			require.False(t, e.Expired(in.clock.Now()))
 			require.True(t, e.Reservation.ExpiresAt.Equal(in.clock.Now().Add(s.RecordRetention())))
 			reservations[e.ReservationID] = e.Reservation.State
-		case etcdstore.EntryTerminal:
+		case schema.EntryTerminal:
 			read, err := s.ReadCreationTerminal(ctx, e.Terminal.Operation)
 			require.NoError(t, err)
 			require.Equal(t, authority.KindFound, read.Kind)
 			require.Equal(t, read.Record, e.Terminal)
 			require.False(t, e.Expired(in.clock.Now()))
 			terminals = append(terminals, e.Terminal)
-		case etcdstore.EntryAggregate:
+		case schema.EntryAggregate:
 			aggregates[e.Fence] = e.Aggregate.State
 			want := in.requests[e.Fence]
-			if e.Aggregate.State != etcdstore.AggregatePrepared {
+			if e.Aggregate.State != schema.AggregatePrepared {
 				// a finished record keeps no payloads or membership mutations
 				want.Participants = slices.Clone(want.Participants)
 				for i := range want.Participants {
@@ -218,11 +219,11 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 				}
 			}
 			require.Equal(t, want, e.Aggregate.Request)
-			require.Equal(t, e.Aggregate.State == etcdstore.AggregatePrepared, e.Aggregate.ExpiresAt.IsZero())
+			require.Equal(t, e.Aggregate.State == schema.AggregatePrepared, e.Aggregate.ExpiresAt.IsZero())
 			require.False(t, e.Expired(in.clock.Now()))
-		case etcdstore.EntryCapacityEpoch:
+		case schema.EntryCapacityEpoch:
 			epochs[nodeKey{e.Node, e.Lifecycle}] = kv.ModRevision
-		case etcdstore.EntryBlob:
+		case schema.EntryBlob:
 			require.Equal(t, in.blob.Reference, e.BlobReference)
 			require.Equal(t, in.blobData, e.Blob.Data)
 			require.True(t, in.blob.ExpiresAt.Equal(e.Blob.ExpiresAt))
@@ -231,7 +232,7 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			require.Equal(t, read.Bytes, e.Blob.Data)
 		}
 	}
-	for k := etcdstore.EntryRow; k <= etcdstore.EntryCapacityEpoch; k++ {
+	for k := schema.EntryRow; k <= schema.EntryCapacityEpoch; k++ {
 		require.NotZero(t, seen[k], "no %s entry", k)
 	}
 	// every capacity entry was written with its node's epoch
@@ -278,7 +279,7 @@ func TestInspectExpired(t *testing.T) {
 	ctx := context.Background()
 	for _, e := range entries {
 		expires := e.Reservation != nil || e.Terminal != nil || e.Blob != nil ||
-			e.Aggregate != nil && e.Aggregate.State != etcdstore.AggregatePrepared
+			e.Aggregate != nil && e.Aggregate.State != schema.AggregatePrepared
 		require.Equal(t, expires, e.Expired(now), "%s %+v", e.Kind, e)
 		require.False(t, e.Expired(now.Add(-time.Hour*24*365)), "%s", e.Kind)
 		switch {
@@ -300,11 +301,11 @@ func TestInspectDecodeEntryKeyParts(t *testing.T) {
 	var gotLease, gotAgg bool
 	for _, e := range entries {
 		switch {
-		case e.Kind == etcdstore.EntryOwnerLiveness && e.Owner == in.lease.Token():
+		case e.Kind == schema.EntryOwnerLiveness && e.Owner == in.lease.Token():
 			require.Equal(t, authority.NodeDescriptor{MeshName: "mesh-1", RID: "node c/é"}, e.Node)
 			require.EqualValues(t, 3, e.Lifecycle)
 			gotLease = true
-		case e.Kind == etcdstore.EntryAggregate && e.Fence.AggregateID == "move/1":
+		case e.Kind == schema.EntryAggregate && e.Fence.AggregateID == "move/1":
 			require.EqualValues(t, 1, e.Fence.AggregateGeneration)
 			gotAgg = true
 		}
@@ -316,16 +317,16 @@ func TestInspectDecodeEntryKeyParts(t *testing.T) {
 func TestInspectDecodeEntryUnknown(t *testing.T) {
 	ns := "/inspect/"
 	for _, key := range []string{"/other/rows/actor/a", ns + "doctor-probe/x", ns + "rowsx", ns} {
-		e, err := etcdstore.DecodeEntry(ns, &mvccpb.KeyValue{Key: []byte(key), Value: []byte("anything")})
+		e, err := schema.DecodeEntry(ns, &mvccpb.KeyValue{Key: []byte(key), Value: []byte("anything")})
 		require.NoError(t, err, key)
-		require.Equal(t, etcdstore.EntryUnknown, e.Kind, key)
+		require.Equal(t, schema.EntryUnknown, e.Kind, key)
 		require.False(t, e.Expired(time.Now()))
 	}
-	require.Equal(t, ns, etcdstore.Prefix(ns, etcdstore.EntryUnknown))
-	require.Equal(t, ns+"capacity/", etcdstore.Prefix(ns, etcdstore.EntryCapacity))
-	require.Equal(t, "capacity", etcdstore.EntryCapacity.String())
-	require.Equal(t, ns+"capacity-epochs/", etcdstore.Prefix(ns, etcdstore.EntryCapacityEpoch))
-	require.Equal(t, "EntryKind(99)", etcdstore.EntryKind(99).String())
+	require.Equal(t, ns, schema.Prefix(ns, schema.EntryUnknown))
+	require.Equal(t, ns+"capacity/", schema.Prefix(ns, schema.EntryCapacity))
+	require.Equal(t, "capacity", schema.EntryCapacity.String())
+	require.Equal(t, ns+"capacity-epochs/", schema.Prefix(ns, schema.EntryCapacityEpoch))
+	require.Equal(t, "EntryKind(99)", schema.EntryKind(99).String())
 }
 
 // rowValue frames meta as a stored row (format byte, length, metadata, payload).
@@ -339,13 +340,13 @@ func TestInspectDecodeEntryCorrupt(t *testing.T) {
 	ns := in.s.Namespace()
 	// a valid value of every kind, to corrupt one part at a time
 	entries, kvs := in.decodeAll(t)
-	valid := map[etcdstore.EntryKind]*mvccpb.KeyValue{}
+	valid := map[schema.EntryKind]*mvccpb.KeyValue{}
 	for i, e := range entries {
-		if valid[e.Kind] == nil && (e.Kind != etcdstore.EntryCapacity || !e.Capacity.Aggregate) {
+		if valid[e.Kind] == nil && (e.Kind != schema.EntryCapacity || !e.Capacity.Aggregate) {
 			valid[e.Kind] = kvs[i]
 		}
 	}
-	value := func(k etcdstore.EntryKind) string { return string(valid[k].Value) }
+	value := func(k schema.EntryKind) string { return string(valid[k].Value) }
 	cases := []struct{ name, key, value string }{
 		{"row not framed", "rows/actor/a", "not a row"},
 		{"row short frame", "rows/actor/a", "\x01\x7f{}"},
@@ -359,28 +360,28 @@ func TestInspectDecodeEntryCorrupt(t *testing.T) {
 		{"owner generation escape", "owner-gens/%zz", "1"},
 		{"owner index parts", "owner-rows/o/1", ""},
 		{"owner index generation", "owner-rows/o/x/actor/a", ""},
-		{"capacity holder", "capacity/m/r/1/other/actor/a", value(etcdstore.EntryCapacity)},
-		{"capacity lifecycle", "capacity/m/r/x/row/actor/a", value(etcdstore.EntryCapacity)},
-		{"capacity parts", "capacity/m/r/1/row", value(etcdstore.EntryCapacity)},
-		{"capacity aggregate parts", "capacity/m/r/1/agg/a", value(etcdstore.EntryCapacity)},
-		{"capacity aggregate generation", "capacity/m/r/1/agg/a/x", value(etcdstore.EntryCapacity)},
+		{"capacity holder", "capacity/m/r/1/other/actor/a", value(schema.EntryCapacity)},
+		{"capacity lifecycle", "capacity/m/r/x/row/actor/a", value(schema.EntryCapacity)},
+		{"capacity parts", "capacity/m/r/1/row", value(schema.EntryCapacity)},
+		{"capacity aggregate parts", "capacity/m/r/1/agg/a", value(schema.EntryCapacity)},
+		{"capacity aggregate generation", "capacity/m/r/1/agg/a/x", value(schema.EntryCapacity)},
 		{"capacity value", "capacity/m/r/1/row/actor/a", "[]"},
 		{"capacity state", "capacity/m/r/1/row/actor/a", `{"st":"gone","a":1}`},
 		{"capacity epoch parts", "capacity-epochs/m/r", ""},
 		{"capacity epoch lifecycle", "capacity-epochs/m/r/x", ""},
 		{"capacity epoch value", "capacity-epochs/m/r/1", "x"},
 		{"reservation value", "reservations/r", "{"},
-		{"reservation escape", "reservations/%zz", value(etcdstore.EntryReservation)},
+		{"reservation escape", "reservations/%zz", value(schema.EntryReservation)},
 		{"terminal value", "terminals/x/1/00", "{"},
-		{"terminal under another operation", "terminals/x/1/00", value(etcdstore.EntryTerminal)},
+		{"terminal under another operation", "terminals/x/1/00", value(schema.EntryTerminal)},
 		{"aggregate value", "aggregates/a/1", "not gob"},
-		{"aggregate generation", "aggregates/a/x", value(etcdstore.EntryAggregate)},
-		{"aggregate parts", "aggregates/a", value(etcdstore.EntryAggregate)},
+		{"aggregate generation", "aggregates/a/x", value(schema.EntryAggregate)},
+		{"aggregate parts", "aggregates/a", value(schema.EntryAggregate)},
 		{"blob value", "blobs/b", "1234567"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := etcdstore.DecodeEntry(ns, &mvccpb.KeyValue{Key: []byte(ns + c.key), Value: []byte(c.value), ModRevision: 5, CreateRevision: 5})
+			_, err := schema.DecodeEntry(ns, &mvccpb.KeyValue{Key: []byte(ns + c.key), Value: []byte(c.value), ModRevision: 5, CreateRevision: 5})
 			require.Error(t, err)
 			require.True(t, errors.Is(err, authority.ErrCorrupt), "%v", err)
 			require.Contains(t, err.Error(), c.key)
@@ -388,9 +389,9 @@ func TestInspectDecodeEntryCorrupt(t *testing.T) {
 	}
 	// the valid values decode: the cases fail for the part they corrupt
 	for k, kv := range valid {
-		_, err := etcdstore.DecodeEntry(ns, kv)
+		_, err := schema.DecodeEntry(ns, kv)
 		require.NoError(t, err, "%s", k)
 	}
-	_, err := etcdstore.DecodeEntry(ns, &mvccpb.KeyValue{Key: []byte(ns + "blobs/b"), Value: bytes.Repeat([]byte{0}, 8)})
+	_, err := schema.DecodeEntry(ns, &mvccpb.KeyValue{Key: []byte(ns + "blobs/b"), Value: bytes.Repeat([]byte{0}, 8)})
 	require.NoError(t, err, "an empty blob is a blob")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -50,7 +51,7 @@ func TestOwnerLeaseDoneBeforeEtcdExpiry(t *testing.T) {
 	require.Eventually(t, func() bool { return l.Deadline().After(first) }, 5*time.Second, 20*time.Millisecond,
 		"a renewal moves the deadline on")
 
-	live, err := shared.Get(ctx, etcdstore.OwnerLivenessPrefix(ns, l.Token()), clientv3.WithPrefix())
+	live, err := shared.Get(ctx, schema.OwnerLivenessPrefix(ns, l.Token()), clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, live.Kvs, 1)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -180,8 +181,8 @@ func TestNestedNamespaceOutsideTheLayoutIsIsolated(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, all.Kvs)
 	for _, kv := range all.Kvs {
-		e, err := etcdstore.DecodeEntry(outer.Namespace(), kv)
+		e, err := schema.DecodeEntry(outer.Namespace(), kv)
 		require.NoError(t, err, "key %q", kv.Key)
-		require.Equal(t, etcdstore.EntryUnknown, e.Kind, "key %q", kv.Key)
+		require.Equal(t, schema.EntryUnknown, e.Kind, "key %q", kv.Key)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -13,12 +14,12 @@ import (
 // lifecycle exists. Put in a write's Txn, it keeps a zombie owner (lease
 // expired or revoked, key gone) from writing.
 func (s *Store) liveCmp(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(s.keys.liveness(node, lifecycle, owner)), ">", 0)
+	return clientv3.Compare(clientv3.CreateRevision(s.keys.Liveness(node, lifecycle, owner)), ">", 0)
 }
 
 // rowOwnerLive is the fence that the owner of r is live on r's node.
-func (s *Store) rowOwnerLive(r *row) clientv3.Cmp {
-	return s.liveCmp(r.alloc.Descriptor, r.alloc.DescriptorLifecycleGeneration, r.owner)
+func (s *Store) rowOwnerLive(r *schema.Row) clientv3.Cmp {
+	return s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
 }
 
 // MarkLive makes owner live on node at lifecycle for ttl: it grants a lease
@@ -38,7 +39,7 @@ func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lif
 	if err != nil {
 		return mapError(err, false)
 	}
-	key := s.keys.liveness(node, lifecycle, owner)
+	key := s.keys.Liveness(node, lifecycle, owner)
 	if err := s.putLiveness(rctx, key, node, lifecycle, owner, lease.ID); err != nil {
 		s.revokeDetached(ctx, lease.ID)
 		return err
@@ -54,8 +55,8 @@ func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lif
 }
 
 func (s *Store) putLiveness(ctx context.Context, key string, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, lease clientv3.LeaseID) error {
-	v := livenessRecord{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: owner.OwnerID, Lease: owner.LeaseGeneration}
-	if _, err := s.kv.Put(ctx, key, v.encode(), clientv3.WithLease(lease)); err != nil {
+	v := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: owner.OwnerID, Lease: owner.LeaseGeneration}
+	if _, err := s.kv.Put(ctx, key, v.Encode(), clientv3.WithLease(lease)); err != nil {
 		return mapError(err, true)
 	}
 	return nil
@@ -67,7 +68,7 @@ func (s *Store) MarkDead(ctx context.Context, node authority.NodeDescriptor, lif
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	key := s.keys.liveness(node, lifecycle, owner)
+	key := s.keys.Liveness(node, lifecycle, owner)
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	if _, err := s.kv.Delete(rctx, key); err != nil {
@@ -88,7 +89,7 @@ func (s *Store) MarkDead(ctx context.Context, node authority.NodeDescriptor, lif
 func (s *Store) IsTargetLive(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) (bool, error) {
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	resp, err := s.kv.Get(rctx, s.keys.liveness(node, lifecycle, owner), clientv3.WithCountOnly())
+	resp, err := s.kv.Get(rctx, s.keys.Liveness(node, lifecycle, owner), clientv3.WithCountOnly())
 	if err != nil {
 		return false, mapError(err, false)
 	}

@@ -3,9 +3,11 @@ package etcd
 import (
 	"cmp"
 	"context"
-	"strings"
+	"errors"
 
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -38,7 +40,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	prefix := s.keys.ns + "capacity-epochs/"
+	prefix := schema.Prefix(s.keys.Namespace(), schema.EntryCapacityEpoch)
 	end := prefixEnd(prefix)
 	from := prefix
 	pageSize := max(1, s.maxOps-1)
@@ -124,10 +126,12 @@ func (s *Store) sendPrune(ctx context.Context, t *txn) (int, error) {
 // epochNode returns the capacity range prefix of the node lifecycle whose
 // capacity epoch key is epoch, refusing a key that names none.
 func (s *Store) epochNode(epoch string) (string, error) {
-	rest := strings.TrimPrefix(epoch, s.keys.ns+"capacity-epochs/")
-	var e Entry
-	if err := e.decodeCapacityEpoch(rest, &mvccpbKV{}); err != nil {
-		return "", corrupt(epoch, err)
+	e, err := schema.DecodeEntry(s.keys.Namespace(), &mvccpb.KeyValue{Key: []byte(epoch)})
+	if err != nil {
+		return "", err
 	}
-	return s.keys.capacityNode(e.Node, e.Lifecycle), nil
+	if e.Kind != schema.EntryCapacityEpoch {
+		return "", corrupt(epoch, errors.New("not a capacity epoch key"))
+	}
+	return s.keys.CapacityNode(e.Node, e.Lifecycle), nil
 }

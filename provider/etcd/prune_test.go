@@ -14,6 +14,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -33,9 +34,9 @@ func nodeEpochs(t *testing.T, ns string, node authority.NodeDescriptor) []int64 
 	require.NoError(t, err)
 	var out []int64
 	for _, kv := range resp.Kvs {
-		e, err := etcdstore.DecodeEntry(ns, kv)
+		e, err := schema.DecodeEntry(ns, kv)
 		require.NoError(t, err)
-		require.Equal(t, etcdstore.EntryCapacityEpoch, e.Kind)
+		require.Equal(t, schema.EntryCapacityEpoch, e.Kind)
 		if e.Node == node {
 			out = append(out, e.Lifecycle)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -26,10 +27,10 @@ func (s *Store) readAuthority(ctx context.Context, key authority.Key) (authority
 }
 
 // loadRow reads the row at key (nil when missing).
-func (s *Store) loadRow(ctx context.Context, key authority.Key) (*row, error) {
+func (s *Store) loadRow(ctx context.Context, key authority.Key) (*schema.Row, error) {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	resp, err := s.kv.Get(ctx, s.keys.row(key))
+	resp, err := s.kv.Get(ctx, s.keys.Row(key))
 	if err != nil {
 		return nil, mapError(err, false)
 	}
@@ -40,14 +41,14 @@ func (s *Store) loadRow(ctx context.Context, key authority.Key) (*row, error) {
 }
 
 // decodeRow decodes a row key-value and remembers it in the cache.
-func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
+func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*schema.Row, error) {
 	if kv == nil {
 		return nil, nil
 	}
 	if r := s.cache.get(string(kv.Key), kv.ModRevision); r != nil {
 		return r, nil
 	}
-	r, err := decodeRow(key, kv)
+	r, err := schema.DecodeRow(key, kv)
 	if err != nil {
 		return nil, err
 	}
@@ -56,30 +57,30 @@ func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) 
 }
 
 // rowIn decodes the row at key from got (nil when missing).
-func (s *Store) rowIn(got keyedReads, key authority.Key) (*row, error) {
-	return s.decodeRow(key, got[s.keys.row(key)])
+func (s *Store) rowIn(got keyedReads, key authority.Key) (*schema.Row, error) {
+	return s.decodeRow(key, got[s.keys.Row(key)])
 }
 
 // cachedRow returns the row at key in the state named by expected, from the
 // cache (nil when not cached or expected names no state).
-func (s *Store) cachedRow(key authority.Key, expected authority.StoreVersion) *row {
-	rev, ok := parseVersion(expected)
+func (s *Store) cachedRow(key authority.Key, expected authority.StoreVersion) *schema.Row {
+	rev, ok := schema.ParseVersion(expected)
 	if !ok || rev == 0 {
 		return nil
 	}
-	r := s.cache.get(s.keys.row(key), rev)
+	r := s.cache.get(s.keys.Row(key), rev)
 	s.obs.Metrics().RowCache(r != nil)
 	return r
 }
 
-func (s *Store) remember(r *row) { s.cache.put(s.keys.row(r.key), r) }
+func (s *Store) remember(r *schema.Row) { s.cache.put(s.keys.Row(r.Key), r) }
 
-func (s *Store) readResult(r *row) authority.ReadResult {
+func (s *Store) readResult(r *schema.Row) authority.ReadResult {
 	now := s.clock.Now()
 	if r == nil {
 		return authority.Missing(now)
 	}
-	return authority.Found(r.snapshot(now))
+	return authority.Found(r.Snapshot(now))
 }
 
 // listAuthorities lists rows whose key starts with prefix, limit at a time,
@@ -94,7 +95,7 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 	}
 	var pos authority.ScanPosition
 	if cursor != "" {
-		p, err := authority.DecodeScanCursor(cursor, s.keys.ns, prefix)
+		p, err := authority.DecodeScanCursor(cursor, s.keys.Namespace(), prefix)
 		if err != nil {
 			return authority.ScanResult{}, err
 		}
@@ -103,7 +104,7 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 	if err := s.begin(ctx); err != nil {
 		return authority.ScanResult{}, err
 	}
-	base := s.keys.rowsPrefix()
+	base := s.keys.RowsPrefix()
 	from := base + prefix
 	if cursor != "" {
 		from = base + string(pos.After) + "\x00"
@@ -134,11 +135,11 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 		if err != nil {
 			return authority.ScanResult{}, err
 		}
-		out.Items = append(out.Items, authority.ScanItem{Key: key, Snapshot: r.snapshot(now)})
+		out.Items = append(out.Items, authority.ScanItem{Key: key, Snapshot: r.Snapshot(now)})
 	}
 	if page.More && len(out.Items) > 0 {
 		out.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
-			Scope: s.keys.ns, Prefix: prefix, Revision: rev, After: out.Items[len(out.Items)-1].Key,
+			Scope: s.keys.Namespace(), Prefix: prefix, Revision: rev, After: out.Items[len(out.Items)-1].Key,
 		})
 	}
 	return out, nil

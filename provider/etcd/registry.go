@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -63,7 +63,7 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		return nil, mapError(err, false)
 	}
 	revoke := func() { s.revokeDetached(ctx, grant.ID) }
-	genKey := s.keys.ownerGen(ownerID)
+	genKey := s.keys.OwnerGen(ownerID)
 	for attempt := 0; ; attempt++ {
 		s.retrying(observe.OpOwnerLeaseAcquire, attempt)
 		if attempt == maxAttempts {
@@ -78,17 +78,17 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		var gen, rev int64
 		if len(resp.Kvs) > 0 {
 			rev = resp.Kvs[0].ModRevision
-			if gen, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64); err != nil {
+			if gen, err = schema.DecodeOwnerGeneration(resp.Kvs[0]); err != nil {
 				revoke()
-				return nil, corrupt(genKey, err)
+				return nil, err
 			}
 		}
 		token := authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: gen + 1}
-		live := livenessRecord{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: ownerID, Lease: token.LeaseGeneration}
+		live := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: ownerID, Lease: token.LeaseGeneration}
 		t := &txn{}
 		t.cmp(modRevIs(genKey, rev))
-		t.put(genKey, itoa(token.LeaseGeneration))
-		t.put(s.keys.liveness(node, lifecycle, token), live.encode(), clientv3.WithLease(grant.ID))
+		t.put(genKey, schema.EncodeOwnerGeneration(token.LeaseGeneration))
+		t.put(s.keys.Liveness(node, lifecycle, token), live.Encode(), clientv3.WithLease(grant.ID))
 		tresp, err := s.sendWrite(rctx, t, "the owner lease")
 		if err != nil {
 			revoke()
@@ -161,7 +161,7 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 // ErrLeaseLost.
 func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
 	s := l.r.s
-	prefix := s.keys.ownerRowsPrefix(from)
+	prefix := s.keys.OwnerRowsPrefix(from)
 	var moved int64
 	lost := func() error {
 		select {

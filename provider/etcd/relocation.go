@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -30,7 +31,7 @@ func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time
 	}
 	now := r.s.clock.Now()
 	expires := now.Add(retention)
-	value := encodeBlob(expires, data)
+	value := schema.EncodeBlob(expires, data)
 	// A reference is a random UUID put only if its key is absent; should it
 	// ever be taken, a fresh one is drawn (a failed compare wrote nothing).
 	for range blobReferenceDraws {
@@ -38,7 +39,7 @@ func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time
 		stored := false
 		err := r.s.leases.withLeases(ctx, []time.Duration{retention}, func(ids []clientv3.LeaseID) error {
 			t := &txn{}
-			key := r.s.keys.blob(string(ref))
+			key := r.s.keys.Blob(string(ref))
 			t.cmp(modRevIs(key, 0))
 			t.put(key, value, clientv3.WithLease(ids[0]))
 			resp, err := r.s.sendWrite(ctx, t, "the relocation blob")
@@ -73,7 +74,7 @@ func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) 
 	if _, err := uuid.Parse(string(ref)); err != nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	blobKey := r.s.keys.blob(string(ref))
+	blobKey := r.s.keys.Blob(string(ref))
 	resp, err := r.s.read(ctx, opGet(blobKey))
 	if err != nil {
 		return authority.BlobReadResult{}, err
@@ -82,7 +83,7 @@ func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) 
 	if kv == nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	expires, data, err := decodeBlob(kv)
+	expires, data, err := schema.DecodeBlob(kv)
 	if err != nil {
 		return authority.BlobReadResult{}, err
 	}
@@ -105,7 +106,7 @@ func (r RelocationStore) remove(ctx context.Context, ref authority.BlobReference
 	}
 	rctx, cancel := r.s.requestContext(ctx)
 	defer cancel()
-	if _, err := r.s.kv.Delete(rctx, r.s.keys.blob(string(ref))); err != nil {
+	if _, err := r.s.kv.Delete(rctx, r.s.keys.Blob(string(ref))); err != nil {
 		return mapError(err, true)
 	}
 	return nil

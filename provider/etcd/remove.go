@@ -17,22 +17,17 @@ import (
 // its node's capacity epoch.
 const opsPerRemovedRow = 4
 
-// removeIndexPageMax is the most owner index keys one read of
-// removeAllByOwner takes (keys only: ≈ 100 B each).
-const removeIndexPageMax = 16384
+// removeIndexPage is how many owner index entries RemoveAllByOwner reads
+// at once (keys only, about 100 bytes each). etcd counts every key of a
+// limited range up to its end, so each read walks the owner's remaining
+// index: reading one Txn batch at a time made removal quadratic in the
+// owner's rows (100k rows at 712 rows/s). A page is removed in Txn-sized
+// batches before the next read.
+var removeIndexPage = 2048
 
 // removeAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
 // by its ModRevision. It returns how many rows it removed.
-//
-// The index is read in pages that grow (one batch, then doubling up to
-// removeIndexPageMax keys), each page removed batch by batch. Every range
-// etcd answers with a limit still walks the whole rest of the range in its
-// key index to count it, so one read a batch cost each batch all the
-// owner's remaining rows: quadratic in them (100k rows at 712 rows/s).
-// Each page reads from after the last one: etcd also walks the tombstones
-// of the deleted index entries until compaction. A pass that reaches the
-// end reads once more from the prefix, for rows added behind it meanwhile.
 func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err
@@ -40,13 +35,19 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	prefix := s.keys.ownerRowsPrefix(owner)
+	prefix := s.keys.OwnerRowsPrefix(owner)
 	batch := max(1, s.maxOps/opsPerRemovedRow)
-	page := batch
-	var removed, failures int64
-	for from := prefix; ; {
+	var removed int64
+	// from moves past each removed batch: etcd walks the tombstones of the
+	// deleted index entries in a range until compaction, so reading from
+	// the prefix every time would cost each read all the batches before it
+	// (quadratic in the owner's rows). A pass that reaches the end reads
+	// once more from the prefix, for rows added behind it meanwhile.
+	from := prefix
+	failures := 0
+	for {
 		rctx, cancel := s.requestContext(ctx)
-		idx, err := etcdpage.Read(rctx, s.kv, from, prefixEnd(prefix), 0, int64(page), clientv3.WithKeysOnly())
+		idx, err := s.kv.Get(rctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(removeIndexPage)))
 		cancel()
 		if err != nil {
 			return removed, mapError(err, false)
@@ -58,52 +59,56 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 			from = prefix
 			continue
 		}
-		for at := 0; at < len(idx.Kvs); at += batch {
-			keys := make([]authority.Key, 0, batch)
-			for _, kv := range idx.Kvs[at:min(at+batch, len(idx.Kvs))] {
-				keys = append(keys, authority.Key(strings.TrimPrefix(string(kv.Key), prefix)))
-			}
-			n, err := s.removeOwnerBatch(ctx, owner, keys, &failures)
-			removed += n
-			if err != nil {
-				return removed, err
-			}
+		keys := make([]authority.Key, len(idx.Kvs))
+		for i, kv := range idx.Kvs {
+			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
 		}
-		from = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
-		page = min(2*page, removeIndexPageMax)
+		n, done, err := s.removeIndexed(ctx, owner, keys, batch, &failures)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+		from = prefix + string(keys[done-1]) + "\x00"
 	}
 }
 
-// removeOwnerBatch removes owner's rows at keys (a batch of its index) in
-// one Txn, reading them again while a row changes between the read and the
-// Txn; failures counts those conflicts over the whole removal.
-func (s *Store) removeOwnerBatch(ctx context.Context, owner authority.OwnerToken, keys []authority.Key, failures *int64) (int64, error) {
-	for ; *failures < maxAttempts; *failures++ {
-		gets := make([]clientv3.Op, len(keys))
-		for i, key := range keys {
-			gets[i] = opGet(s.keys.row(key))
+// removeIndexed removes owner's rows at keys (one page of its index, in
+// order) in Txns of batch rows, and returns how many rows it removed and
+// how many keys it got through. A Txn that failed because a row changed
+// between its read and the Txn is tried again, re-read, until failures
+// reaches maxAttempts over the whole removal.
+func (s *Store) removeIndexed(ctx context.Context, owner authority.OwnerToken, keys []authority.Key, batch int, failures *int) (removed int64, done int, err error) {
+	for done < len(keys) {
+		part := keys[done:min(done+batch, len(keys))]
+		gets := make([]clientv3.Op, len(part))
+		for i, key := range part {
+			gets[i] = opGet(s.keys.Row(key))
 		}
 		got, err := s.readInParts(ctx, gets)
 		if err != nil {
-			return 0, err
+			return removed, done, err
 		}
-		t, n, err := s.buildOwnerRemoval(owner, keys, got)
+		t, n, err := s.buildOwnerRemoval(owner, part, got)
 		if err != nil {
-			return 0, err
+			return removed, done, err
 		}
 		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
 			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
-			return 0, err
+			return removed, done, err
 		}
-		if resp.Succeeded {
-			return n, nil
+		if !resp.Succeeded { // a row changed between the read and the Txn: read again
+			if *failures++; *failures >= maxAttempts {
+				return removed, done, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+			}
+			continue
 		}
-		// a row changed between the read and the Txn: read again
+		removed += n
+		done += len(part)
 	}
-	return 0, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+	return removed, done, nil
 }
 
 // buildOwnerRemoval builds the Txn that removes owner's rows at keys, as
@@ -117,22 +122,22 @@ func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.K
 		if err != nil {
 			return nil, 0, err
 		}
-		rowKey := s.keys.row(key)
-		if r == nil || r.owner != owner {
+		rowKey := s.keys.Row(key)
+		if r == nil || r.Owner != owner {
 			// a stale index entry (cannot happen through this store)
 			var rev int64
 			if r != nil {
-				rev = r.modRev
+				rev = r.ModRev
 			}
 			t.cmp(modRevIs(rowKey, rev))
-			t.del(s.keys.ownerRow(owner, key))
+			t.del(s.keys.OwnerRow(owner, key))
 			continue
 		}
-		t.cmp(modRevIs(rowKey, r.modRev))
+		t.cmp(modRevIs(rowKey, r.ModRev))
 		t.del(rowKey)
-		t.del(s.keys.capacityRow(r.alloc, key))
-		s.touchCapacity(t, r.alloc)
-		t.del(s.keys.ownerRow(owner, key))
+		t.del(s.keys.CapacityRow(r.Alloc, key))
+		s.touchCapacity(t, r.Alloc)
+		t.del(s.keys.OwnerRow(owner, key))
 		n++
 	}
 	return t, n, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // maxAttempts bounds every optimistic loop of the store (for a reservation
@@ -16,12 +17,12 @@ const maxAttempts = 16
 type reservation struct {
 	key    authority.Key
 	target authority.CreationTarget
-	row    *row
+	row    *schema.Row
 }
 
 // liveKey is the liveness key of r's target owner.
 func (r *reservation) liveKey(s *Store) string {
-	return s.keys.liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner)
+	return s.keys.Liveness(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner)
 }
 
 // addReserve appends one reservation's conditions and writes to t: the row
@@ -29,13 +30,13 @@ func (r *reservation) liveKey(s *Store) string {
 // and its owner index entry are written. Several reservations (of distinct
 // keys) can share one Txn.
 func (s *Store) addReserve(t *txn, r *reservation) {
-	rowKey := s.keys.row(r.key)
+	rowKey := s.keys.Row(r.key)
 	t.cmp(modRevIs(rowKey, 0))
 	t.cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
-	t.put(rowKey, r.row.encode(true))
-	t.put(s.keys.capacityRow(r.row.alloc, r.key), capacityValue(r.row.alloc.State, r.row.alloc.Capacity))
-	s.touchCapacity(t, r.row.alloc)
-	t.put(s.keys.ownerRow(r.target.Owner, r.key), "")
+	t.put(rowKey, r.row.Encode())
+	t.put(s.keys.CapacityRow(r.row.Alloc, r.key), schema.EncodeCapacityEntry(r.row.Alloc.State, r.row.Alloc.Capacity))
+	s.touchCapacity(t, r.row.Alloc)
+	t.put(s.keys.OwnerRow(r.target.Owner, r.key), "")
 }
 
 // reserve creates a reserved row on a live target with placement capacity.
@@ -54,21 +55,21 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(s.clock.Now())}, nil
 	}
 	tg := req.Target
-	res := &reservation{key: key, target: tg, row: &row{
-		key:   key,
-		owner: tg.Owner,
-		alloc: authority.PlacementAllocation{
+	res := &reservation{key: key, target: tg, row: &schema.Row{
+		Key:   key,
+		Owner: tg.Owner,
+		Alloc: authority.PlacementAllocation{
 			State: authority.AllocationReserved, ObjectKind: req.Key.Kind, StableType: req.Intent.StableType,
 			Descriptor: tg.Descriptor(), DescriptorLifecycleGeneration: tg.NodeLifecycleGeneration,
 			Capacity: req.Capacity.Clone(),
 		},
-		pending: &authority.PendingCreation{
+		Pending: &authority.PendingCreation{
 			ReservationID:           uuid.NewString(),
 			RequestContentReference: req.Intent.RequestContentReference,
 			RequestSHA256:           bytes.Clone(req.Intent.RequestSHA256),
 			RequestEncodedSize:      req.Intent.RequestEncodedSize,
 		},
-		payload: bytes.Clone(req.CreatingPayload),
+		Payload: bytes.Clone(req.CreatingPayload),
 	}}
 	if s.capacityPolicy() != nil {
 		// concurrent reservations on one node share its capacity fence:
@@ -76,11 +77,11 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		return s.reserveGrouped(ctx, req, res)
 	}
 	// no capacity policy: nothing shared with other reservations, one Txn.
-	rowKey := s.keys.row(key)
+	rowKey := s.keys.Row(key)
 	t := &txn{}
 	s.addReserve(t, res)
 	t.orGet(rowKey)
-	t.orGet(s.keys.liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
+	t.orGet(s.keys.Liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
 	resp, err := s.sendWrite(ctx, t, "the reservation")
 	if err != nil {
 		return authority.ReserveResult{}, err
@@ -92,27 +93,28 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		}
 		return s.reserveRefused(req, cur), nil
 	}
-	created := res.row.next(resp.Header.Revision)
-	created.createRev, created.ownerGen = resp.Header.Revision, resp.Header.Revision
+	created := res.row.Next(0)
+	created.Written(resp.Header.Revision)
+	created.CreateRev = resp.Header.Revision
 	s.remember(created)
 	return authority.ReserveResult{
 		Kind:          authority.KindReserved,
-		ReservationID: created.pending.ReservationID,
-		Creating:      created.snapshot(s.clock.Now()),
+		ReservationID: created.Pending.ReservationID,
+		Creating:      created.Snapshot(s.clock.Now()),
 	}, nil
 }
 
 // reserveRefused is the outcome when the row exists (cur) or the target is
 // not live (cur nil), in the contract's order of checks.
-func (s *Store) reserveRefused(req authority.ReserveRequest, cur *row) authority.ReserveResult {
+func (s *Store) reserveRefused(req authority.ReserveRequest, cur *schema.Row) authority.ReserveResult {
 	if cur == nil {
 		return authority.ReserveResult{Kind: authority.KindConflict, Current: authority.Missing(s.clock.Now())}
 	}
 	current := s.readResult(cur)
 	switch {
-	case cur.alloc.ObjectKind != req.Key.Kind || cur.alloc.StableType != req.Intent.StableType:
+	case cur.Alloc.ObjectKind != req.Key.Kind || cur.Alloc.StableType != req.Intent.StableType:
 		return authority.ReserveResult{Kind: authority.KindTypeMismatch, Current: current}
-	case cur.alloc.State == authority.AllocationActive:
+	case cur.Alloc.State == authority.AllocationActive:
 		return authority.ReserveResult{Kind: authority.KindAlreadyExists, Current: current}
 	}
 	return authority.ReserveResult{Kind: authority.KindConflict, Current: current}

@@ -83,7 +83,7 @@ func (s *Store) reserveBatchMax() int { return max(1, (s.maxOps-1)/3) }
 
 // reserveGrouped reserves res through the node's group commit queue.
 func (s *Store) reserveGrouped(ctx context.Context, req authority.ReserveRequest, res *reservation) (authority.ReserveResult, error) {
-	gk := s.keys.capacityNode(res.row.alloc.Descriptor, res.target.NodeLifecycleGeneration)
+	gk := s.keys.CapacityNode(res.row.Alloc.Descriptor, res.target.NodeLifecycleGeneration)
 	w := &reserveWaiter{ctx: ctx, req: req, res: res, wake: make(chan struct{}, 1)}
 	s.groups.mu.Lock()
 	q := s.groups.m[gk]
@@ -210,13 +210,13 @@ func (s *Store) snapshotReadsFor(pending []int, batch []*reserveWaiter, fullRang
 		}
 	}
 	for _, i := range pending {
-		read(s.keys.row(batch[i].res.key))
+		read(s.keys.Row(batch[i].res.key))
 	}
 	for _, i := range pending {
 		read(batch[i].res.liveKey(s))
 	}
 	r := batch[pending[0]].res
-	l.ops, l.usage = s.addUsageReads(l.ops, r.row.alloc.Descriptor, r.target.NodeLifecycleGeneration, fullRange)
+	l.ops, l.usage = s.addUsageReads(l.ops, r.row.Alloc.Descriptor, r.target.NodeLifecycleGeneration, fullRange)
 	for _, op := range l.ops {
 		l.bytes += len(op.KeyBytes()) + len(op.RangeBytes()) + opOverhead
 	}
@@ -242,7 +242,7 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 	ctx, release := batchContext(batch)
 	defer release()
 	g := &groupRun{s: s, ctx: ctx, batch: batch, outs: make([]batchOutcome, len(batch)), solo: -1,
-		node: batch[0].res.row.alloc.Descriptor, lifecycle: batch[0].res.target.NodeLifecycleGeneration}
+		node: batch[0].res.row.Alloc.Descriptor, lifecycle: batch[0].res.target.NodeLifecycleGeneration}
 	for i := range batch {
 		g.pending = append(g.pending, i)
 	}
@@ -392,12 +392,12 @@ func (g *groupRun) decide(u nodeUsage) groupRound {
 			r.decisions[i] = decideDeferred // sees the admitted row next round
 		case cur != nil || got[w.res.liveKey(s)] == nil:
 			g.outs[i].out, r.decisions[i] = s.reserveRefused(w.req, cur), decideRefused
-		case !fits(policy, w.res.row.alloc, u):
+		case !fits(policy, w.res.row.Alloc, u):
 			r.decisions[i] = decideExhausted
 		default:
 			r.decisions[i] = g.admit(i, &r, admittedKeys)
 			if r.decisions[i] == decideAdmitted {
-				for _, e := range authority.CapacityEntries(g.node, g.lifecycle, w.res.row.alloc.Capacity) {
+				for _, e := range authority.CapacityEntries(g.node, g.lifecycle, w.res.row.Alloc.Capacity) {
 					u.reserved[e.Counter] += e.Count
 					r.delta[e.Counter] += e.Count
 				}
@@ -507,18 +507,19 @@ func (g *groupRun) sendFailed(r groupRound, waiting []int, err error) {
 // committed settles a round whose Txn committed at rev.
 func (g *groupRun) committed(r groupRound, waiting []int, epoch, rev int64) {
 	s := g.s
-	s.usage.applied(s.keys.capacityNode(g.node, g.lifecycle), epoch, rev, r.delta)
+	s.usage.applied(s.keys.CapacityNode(g.node, g.lifecycle), epoch, rev, r.delta)
 	next := g.pending[:0:0]
 	for _, i := range waiting {
 		switch r.decisions[i] {
 		case decideAdmitted:
-			created := g.batch[i].res.row.next(rev)
-			created.createRev, created.ownerGen = rev, rev
+			created := g.batch[i].res.row.Next(0)
+			created.Written(rev)
+			created.CreateRev = rev
 			s.remember(created)
 			g.outs[i].out = authority.ReserveResult{
 				Kind:          authority.KindReserved,
-				ReservationID: created.pending.ReservationID,
-				Creating:      created.snapshot(s.clock.Now()),
+				ReservationID: created.Pending.ReservationID,
+				Creating:      created.Snapshot(s.clock.Now()),
 			}
 		case decideExhausted:
 			g.outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}

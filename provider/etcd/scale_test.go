@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -65,6 +68,7 @@ func TestScale(t *testing.T) {
 // The fill's shape: scaleOwners owners on as many nodes hold the regular
 // rows; the owner "big" holds n/10 rows on its own node (rebound, resynced
 // and removed as a whole), the owner "rm" holds scaleRemoveSmall rows.
+// scaleOwners is the number of regular owners (AUTHORITY_SCALE_OWNERS).
 var scaleOwners = 100
 
 const (
@@ -297,10 +301,10 @@ func scaleFootprint(t *testing.T, ss *scaleServer, n int) {
 		t.Fatal(err)
 	}
 	figure(t, n, "keys per row", "%.3f (%d keys)", float64(all.Count)/float64(n), all.Count)
-	for k := etcdstore.EntryRow; k <= etcdstore.EntryCapacityEpoch; k++ {
-		keys, bytes := scaleSegment(t, c, etcdstore.Prefix(scaleNS, k))
+	for k := schema.EntryRow; k <= schema.EntryCapacityEpoch; k++ {
+		keys, bytes := scaleSegment(t, c, schema.Prefix(scaleNS, k))
 		if keys > 0 {
-			figure(t, n, "segment "+strings.TrimPrefix(etcdstore.Prefix(scaleNS, k), scaleNS), "%d keys, %.1f B key+value per row", keys, float64(bytes)/float64(n))
+			figure(t, n, "segment "+strings.TrimPrefix(schema.Prefix(scaleNS, k), scaleNS), "%d keys, %.1f B key+value per row", keys, float64(bytes)/float64(n))
 		}
 	}
 	before, err := c.Status(ctx, ss.srv.Endpoint())
@@ -437,16 +441,20 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 	warm := etcdstore.CapacityRangeReads(s)
 	rev0, _ := ss.c.Get(ctx, "x")
 	sent0 := ss.sent.Load()
+	watches0, _ := etcdstore.UsageWatchCounts(s)
+	stopProfile := scaleProfile(t, n, "reserve-commit")
 	d = timed(t, func() error {
 		return parallel(scalePairs, scaleClients, func(i int) error {
 			_, err := scaleReserveCommit(ctx, s, 2, fmt.Sprintf("w%08d", i), scaleTarget("o"+strconv.Itoa(i%scaleOwners), 1))
 			return err
 		})
 	})
+	stopProfile()
 	rev1, _ := ss.c.Get(ctx, "x")
+	watches1, _ := etcdstore.UsageWatchCounts(s)
 	figure(t, n, "capacity range reads (watched)", "%d", etcdstore.CapacityRangeReads(s)-warm)
-	figure(t, n, "reserve+commit Spot, 64 clients", "%.0f pairs/s; %.0f request B/pair (64 B payload); %.2f revisions/pair",
-		scalePairs/d.Seconds(), float64(ss.sent.Load()-sent0)/scalePairs, float64(rev1.Header.Revision-rev0.Header.Revision)/scalePairs)
+	figure(t, n, "reserve+commit Spot, 64 clients", "%.0f pairs/s; %.0f request B/pair (64 B payload); %.2f revisions/pair; %d usage watch restarts (a decision that read its node's whole range)",
+		scalePairs/d.Seconds(), float64(ss.sent.Load()-sent0)/scalePairs, float64(rev1.Header.Revision-rev0.Header.Revision)/scalePairs, watches1-watches0)
 	keys := make([]authority.Key, scaleClients)
 	versions := make([]authority.StoreVersion, scaleClients)
 	for i := range scaleClients {
@@ -546,7 +554,7 @@ func scaleUsage(t *testing.T, ss *scaleServer, n, big int) {
 // real epoch key under lifecycles of a node with no capacity).
 func scalePrune(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 	ctx := context.Background()
-	prefix := etcdstore.Prefix(scaleNS, etcdstore.EntryCapacityEpoch)
+	prefix := schema.Prefix(scaleNS, schema.EntryCapacityEpoch)
 	one, err := ss.c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(1))
 	if err != nil || len(one.Kvs) != 1 {
 		t.Fatalf("no epoch to copy: %v", err)
@@ -571,4 +579,25 @@ func scalePrune(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 		t.Fatalf("pruned %d epochs, want at least %d", pruned, scaleEpochs)
 	}
 	figure(t, n, "prune 10k empty epochs", "%s (%d pruned)", d.Truncate(time.Millisecond), pruned)
+}
+
+// scaleProfile starts a CPU profile of one phase (the store and the
+// embedded etcd server, one process) when AUTHORITY_SCALE_PROFILE names a
+// directory, and returns what stops it.
+func scaleProfile(t *testing.T, n int, phase string) func() {
+	dir := os.Getenv("AUTHORITY_SCALE_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", phase, n)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }

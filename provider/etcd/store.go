@@ -17,6 +17,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // Default limits, matching etcd's server defaults.
@@ -110,7 +111,7 @@ type Store struct {
 	client     *clientv3.Client
 	ownsClient bool
 	kv         clientv3.KV
-	keys       layout
+	keys       schema.Layout
 	clock      authority.Clock
 	claims     authority.IdentityClaims
 	policy     atomic.Pointer[policyBox]
@@ -161,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace
 	}
-	if err := validateNamespace(cfg.Namespace); err != nil {
+	if err := schema.ValidateNamespace(cfg.Namespace); err != nil {
 		return nil, err
 	}
 	if cfg.MaxTxnOps == 0 {
@@ -184,7 +185,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Clock = authority.SystemClock{}
 	}
 	s := &Store{
-		client: cfg.Client, keys: layout{ns: cfg.Namespace}, clock: cfg.Clock, claims: cfg.IdentityClaims,
+		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: cfg.Clock, claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
@@ -202,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.guard = newRegressionGuard(s.keys.ns)
+	s.guard = newRegressionGuard(s.keys.Namespace())
 	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
 	s.guard.watch(s.client.ActiveConnection())
 	s.guard.follow(s.client.Endpoints)
@@ -327,7 +328,7 @@ func (s *Store) Close() error {
 }
 
 // Namespace returns the store's namespace.
-func (s *Store) Namespace() string { return s.keys.ns }
+func (s *Store) Namespace() string { return s.keys.Namespace() }
 
 // SetCapacityPolicy replaces the placement capacity policy (nil: every
 // placement fits).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -101,9 +102,9 @@ type usageRead struct {
 // the node's capacity epoch, and its capacity range when the usage is not
 // watched or fullRange is set.
 func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, lifecycle int64, fullRange bool) ([]clientv3.Op, usageRead) {
-	ur := usageRead{node: node, lifecycle: lifecycle, epochKey: s.keys.capacityEpoch(node, lifecycle)}
+	ur := usageRead{node: node, lifecycle: lifecycle, epochKey: s.keys.CapacityEpoch(node, lifecycle)}
 	ops = append(ops, clientv3.OpGet(ur.epochKey, clientv3.WithKeysOnly()))
-	if fullRange || !s.usage.watched(s.keys.capacityNode(node, lifecycle)) {
+	if fullRange || !s.usage.watched(s.keys.CapacityNode(node, lifecycle)) {
 		ur.ranged = true
 		ops, ur.capacity = addRead(ops, s.capacityRangeOp(node, lifecycle))
 	}
@@ -126,7 +127,7 @@ func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
 // the caller reads again with the range (addUsageReads with fullRange).
 func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usageRead) (u nodeUsage, epoch int64, ok bool, err error) {
 	epoch = epochOf(resp, ur)
-	prefix := s.keys.capacityNode(ur.node, ur.lifecycle)
+	prefix := s.keys.CapacityNode(ur.node, ur.lifecycle)
 	if ur.ranged {
 		s.usage.rangeReads.Add(1)
 		kvs, err := s.capacityKvs(ctx, resp, ur.capacity, ur.node, ur.lifecycle)
@@ -158,7 +159,7 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 // The put means only "the node's capacity may have changed now": at worst
 // it fails a concurrent decision's fence, which then decides again.
 func (s *Store) backfillEpoch(ctx context.Context, node authority.NodeDescriptor, lifecycle int64) error {
-	key := s.keys.capacityEpoch(node, lifecycle)
+	key := s.keys.CapacityEpoch(node, lifecycle)
 	t := &txn{}
 	t.cmp(modRevIs(key, 0))
 	t.put(key, "")
@@ -380,7 +381,7 @@ func (w *usageWatch) add(prefix string, kv *mvccpb.KeyValue, sign int64) error {
 	if !strings.HasPrefix(rest, "row/") && !strings.HasPrefix(rest, "agg/") {
 		return corrupt(string(kv.Key), nil)
 	}
-	st, c, err := decodeCapacityValue(kv.Value)
+	st, c, err := schema.DecodeCapacityEntry(kv.Value)
 	if err != nil {
 		return corrupt(string(kv.Key), err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -15,14 +16,14 @@ import (
 // already, and fails on a change whose previous value etcd did not give.
 func TestUsageWatchApply(t *testing.T) {
 	node := authority.NodeDescriptor{MeshName: "m", RID: "r"}
-	prefix := layout{ns: "/ns/"}.capacityNode(node, 1)
+	prefix := schema.NewLayout("/ns/").CapacityNode(node, 1)
 	ws := &usageWatches{m: map[string]*usageWatch{}}
 	w := &usageWatch{node: node, lifecycle: 1, at: 5, changed: make(chan struct{}),
 		usage: nodeUsage{reserved: map[authority.CapacityCounter]int64{}, active: map[authority.CapacityCounter]int64{}}}
 	ws.m[prefix] = w
 	actor := authority.UsageCounter(node, 1, authority.ObjectActor, "")
 	kv := func(key string, st authority.AllocationState, create, mod int64) *mvccpb.KeyValue {
-		return &mvccpb.KeyValue{Key: []byte(prefix + key), Value: []byte(capacityValue(st, authority.CapacityVector{Actors: 2})),
+		return &mvccpb.KeyValue{Key: []byte(prefix + key), Value: []byte(schema.EncodeCapacityEntry(st, authority.CapacityVector{Actors: 2})),
 			CreateRevision: create, ModRevision: mod}
 	}
 	reservedA := kv("row/actor/a", authority.AllocationReserved, 6, 6)

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,7 +20,7 @@ func (s *Store) waitForChange(ctx context.Context, key authority.Key, seen autho
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	rowKey := s.keys.row(key)
+	rowKey := s.keys.Row(key)
 	rctx, cancel := s.requestContext(ctx)
 	resp, err := s.kv.Get(rctx, rowKey, clientv3.WithKeysOnly())
 	cancel()
@@ -30,7 +31,7 @@ func (s *Store) waitForChange(ctx context.Context, key authority.Key, seen autho
 	if len(resp.Kvs) > 0 {
 		rev = resp.Kvs[0].ModRevision
 	}
-	if version(rev) != seen {
+	if schema.Version(rev) != seen {
 		return nil
 	}
 	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))

@@ -122,6 +122,7 @@ func (s *Store) commitAggregate(ctx context.Context, fence authority.Fence) (aut
 		s.ownerGeneration > authority.MaxGeneration-owners {
 		return authority.CommitAggregateResult{Kind: authority.KindGenerationExhausted}, nil
 	}
+	tokens := make(map[authority.Key]int64, owners)
 	for i, p := range req.Participants {
 		r := rows[i]
 		s.storeVersion++
@@ -132,6 +133,8 @@ func (s *Store) commitAggregate(ctx context.Context, fence authority.Fence) (aut
 			s.adjust(countActive, r.meta.entries(), -1)
 			s.ownerGeneration++
 			next.snap.AuthorityOwnerGeneration = s.ownerGeneration
+			next.snap.OwnershipToken = next.version // a new owner
+			tokens[p.AuthorityKey] = next.version
 			next.snap.OwnerID = req.TargetOwner.OwnerID
 			next.snap.OwnerLeaseGeneration = req.TargetOwner.LeaseGeneration
 			alloc := next.snap.Allocation
@@ -145,7 +148,7 @@ func (s *Store) commitAggregate(ctx context.Context, fence authority.Fence) (aut
 	s.adjust(countPending, target, -1)
 	s.adjust(countActive, target, 1)
 	s.finishAggregate(fence, a, aggregateCommitted, now)
-	return authority.CommitAggregateResult{Kind: authority.KindCommitted}, nil
+	return authority.CommitAggregateResult{Kind: authority.KindCommitted, OwnershipTokens: tokens}, nil
 }
 
 // abortAggregate releases a prepared aggregate's capacity.

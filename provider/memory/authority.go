@@ -78,6 +78,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	next.snap.Payload = payloadCopy(r.snap.Payload, m.Payload, inPlace)
 	if m.Kind == authority.MutationRebindOwnerLease {
 		next.snap.OwnerLeaseGeneration = m.TargetOwner.LeaseGeneration
+		next.snap.OwnershipToken = v // a new owner lease
 	}
 	s.storeNext(next, inPlace)
 	return authority.CompareExchangeResult{Kind: authority.KindStored, Snapshot: next.snapshot(now), StoreNow: now}, nil

@@ -68,6 +68,7 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	r.version = s.storeVersion
 	r.snap.ObjectGeneration = s.objectGeneration
 	r.snap.AuthorityOwnerGeneration = s.ownerGeneration
+	r.snap.OwnershipToken = r.version // a new owner
 	p.creation = creation{seq: seq, reservationID: nr.id, target: req.Target}
 	s.initAllocation(r, m, nr.alloc)
 	s.putRow(r)

@@ -76,7 +76,7 @@ type rowBlock struct {
 // The inline sizes fill rowBlock (416 bytes) and reservationPart (224 bytes)
 // to their allocation size classes.
 const (
-	blockInlineBytes = 48
+	blockInlineBytes = 40
 	partDigestBytes  = 36
 )
 
@@ -168,8 +168,8 @@ type exportedPending struct {
 // The inline sizes fill the allocation size classes of exportedActive (320
 // bytes) and exportedPending (416 bytes).
 const (
-	activeInlineBytes  = 56
-	pendingInlineBytes = 88
+	activeInlineBytes  = 48
+	pendingInlineBytes = 80
 )
 
 // exportSize is how many bytes of text (version, reservation ID, payload,

@@ -1,4 +1,4 @@
-package etcd
+package schema
 
 import (
 	"bytes"
@@ -29,11 +29,12 @@ func goldenAllocation(state authority.AllocationState) authority.PlacementAlloca
 	}
 }
 
-func goldenRow(state authority.AllocationState) *row {
-	r := &row{key: "user_spot/room-1", ownerGen: 7, owner: authority.OwnerToken{OwnerID: "owner-a", LeaseGeneration: 2},
-		alloc: goldenAllocation(state), payload: []byte("payload \x00\xff")}
-	if state == authority.AllocationReserved {
-		r.pending = &authority.PendingCreation{ReservationID: "0123456789abcdef0123456789abcdef",
+func goldenRow(state authority.AllocationState) *Row {
+	r := &Row{Key: "user_spot/room-1", OwnerGen: 7, Token: 9, Owner: authority.OwnerToken{OwnerID: "owner-a", LeaseGeneration: 2},
+		Alloc: goldenAllocation(state), Payload: []byte("payload \x00\xff")}
+	if state == authority.AllocationReserved { // as a reserve writes it: this write's revision
+		r.OwnerGen, r.Token = 0, 0
+		r.Pending = &authority.PendingCreation{ReservationID: "0123456789abcdef0123456789abcdef",
 			RequestContentReference: "content-1", RequestSHA256: bytes.Repeat([]byte{0xab}, 32), RequestEncodedSize: 9}
 	}
 	return r
@@ -47,8 +48,8 @@ func goldenTerminal() *authority.TerminalRecord {
 		ExpiresAt: goldenTime.Add(time.Hour), StoreNow: goldenTime}
 }
 
-func goldenAggregate(state string) *aggregateRecord {
-	rec := &aggregateRecord{State: state, Request: authority.AggregatePrepareRequest{
+func goldenAggregate(state string) *AggregateRecord {
+	rec := &AggregateRecord{State: state, Request: authority.AggregatePrepareRequest{
 		AggregateID: "move-1", AggregateGeneration: 2,
 		TargetOwner:      authority.OwnerToken{OwnerID: "owner-b", LeaseGeneration: 1},
 		TargetDescriptor: authority.NodeDescriptor{MeshName: "mesh", RID: "node-2"}, TargetDescriptorLifecycleGeneration: 4,
@@ -61,7 +62,7 @@ func goldenAggregate(state string) *aggregateRecord {
 				AuthorityPayload: []byte("b1 kept")},
 		},
 	}}
-	if state != aggregatePrepared {
+	if state != AggregatePrepared {
 		rec.ExpiresAt = goldenTime.Add(10 * time.Minute)
 	}
 	return rec
@@ -70,15 +71,16 @@ func goldenAggregate(state string) *aggregateRecord {
 // goldenValues are every kind of value the store writes, from fixed inputs.
 func goldenValues() map[string]string {
 	return map[string]string{
-		"row-reserved":        goldenRow(authority.AllocationReserved).encode(true),
-		"row-active":          goldenRow(authority.AllocationActive).encode(false),
-		"capacity-entry":      capacityValue(authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
-		"reservation":         reservationRecord{State: reservationCommitted, ExpiresAt: goldenTime}.encode(),
-		"creation-terminal":   encodeTerminal(goldenTerminal()),
-		"liveness":            livenessRecord{MeshName: "mesh", RID: "node-1", Lifecycle: 3, OwnerID: "owner-a", Lease: 99}.encode(),
-		"aggregate-prepared":  goldenAggregate(aggregatePrepared).encode(),
-		"aggregate-committed": goldenAggregate(aggregateCommitted).encode(),
-		"blob":                encodeBlob(goldenTime, []byte("relocation \x00 data")),
+		"row-reserved":        goldenRow(authority.AllocationReserved).Encode(),
+		"row-active":          goldenRow(authority.AllocationActive).Encode(),
+		"capacity-entry":      EncodeCapacityEntry(authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
+		"reservation":         ReservationTerminal{State: ReservationCommitted, ExpiresAt: goldenTime}.Encode(),
+		"creation-terminal":   EncodeTerminal(goldenTerminal()),
+		"liveness":            Liveness{MeshName: "mesh", RID: "node-1", Lifecycle: 3, OwnerID: "owner-a", Lease: 99}.Encode(),
+		"aggregate-prepared":  goldenAggregate(AggregatePrepared).Encode(),
+		"aggregate-committed": goldenAggregate(AggregateCommitted).Encode(),
+		"owner-generation":    EncodeOwnerGeneration(41),
+		"blob":                EncodeBlob(goldenTime, []byte("relocation \x00 data")),
 	}
 }
 
@@ -98,19 +100,21 @@ func TestStoredFormatGolden(t *testing.T) {
 			require.Equal(t, string(want), value, "the stored format of %s changed", name)
 		})
 	}
-	kv := func(value string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(value)} }
+	kv := func(value string) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(value), ModRevision: 12, CreateRevision: 5}
+	}
 	v := goldenValues()
-	active, err := decodeRow("user_spot/room-1", kv(v["row-active"]))
+	active, err := DecodeRow("user_spot/room-1", kv(v["row-active"]))
 	require.NoError(t, err)
-	require.Equal(t, goldenRow(authority.AllocationActive).payload, active.payload)
-	require.Equal(t, goldenRow(authority.AllocationActive).alloc, active.alloc)
-	term, err := decodeTerminal(kv(v["creation-terminal"]))
+	require.Equal(t, goldenRow(authority.AllocationActive).Payload, active.Payload)
+	require.Equal(t, goldenRow(authority.AllocationActive).Alloc, active.Alloc)
+	term, err := DecodeTerminal(kv(v["creation-terminal"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenTerminal(), term)
-	agg, err := decodeAggregate(kv(v["aggregate-committed"]))
+	agg, err := DecodeAggregate(kv(v["aggregate-committed"]))
 	require.NoError(t, err)
-	require.Equal(t, goldenAggregate(aggregateCommitted), agg)
-	expires, data, err := decodeBlob(kv(v["blob"]))
+	require.Equal(t, goldenAggregate(AggregateCommitted), agg)
+	expires, data, err := DecodeBlob(kv(v["blob"]))
 	require.NoError(t, err)
 	require.True(t, expires.Equal(goldenTime))
 	require.Equal(t, []byte("relocation \x00 data"), data)
@@ -121,18 +125,46 @@ func TestStoredFormatGolden(t *testing.T) {
 // by that code) decode to the same record as format 1, and format 1 starts
 // with its version bytes.
 func TestAggregateRecordFormat0StillDecodes(t *testing.T) {
-	for _, state := range []string{aggregatePrepared, aggregateCommitted} {
+	for _, state := range []string{AggregatePrepared, AggregateCommitted} {
 		old, err := os.ReadFile(filepath.Join("testdata", "format", "aggregate-"+state+".v0-gob.golden"))
 		require.NoError(t, err)
-		rec, err := decodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: old})
+		rec, err := DecodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: old})
 		require.NoError(t, err, state)
 		require.Equal(t, goldenAggregate(state), rec, state)
-		current := goldenAggregate(state).encode()
+		current := goldenAggregate(state).Encode()
 		require.True(t, len(current) > 2 && current[:2] == aggregateFormat1)
 		require.NotEqual(t, string(old), current, "format 1 is not gob")
 	}
-	_, err := decodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: []byte(aggregateFormat1 + `{"st":"prepared"}`)})
+	_, err := DecodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: []byte(aggregateFormat1 + `{"st":"prepared"}`)})
 	require.ErrorIs(t, err, authority.ErrCorrupt)
-	_, err = decodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: []byte("not gob")})
+	_, err = DecodeAggregate(&mvccpb.KeyValue{Key: []byte("k"), Value: []byte("not gob")})
 	require.ErrorIs(t, err, authority.ErrCorrupt)
+}
+
+// TestRowWithoutTokenStillDecodes: rows written before ownership tokens
+// existed (no "tk" field; golden files made by that code) decode, and read
+// the owner generation as their token — the revision of the last reserve or
+// aggregate move, which that code recorded — so the first write of this
+// code keeps that token, explicitly.
+func TestRowWithoutTokenStillDecodes(t *testing.T) {
+	for _, tc := range []struct {
+		state     authority.AllocationState
+		wantToken int64
+	}{
+		{authority.AllocationActive, 7},    // an explicit owner generation
+		{authority.AllocationReserved, 12}, // the sentinel: this value's ModRevision
+	} {
+		old, err := os.ReadFile(filepath.Join("testdata", "format", "row-"+string(tc.state)+".v0-no-token.golden"))
+		require.NoError(t, err)
+		require.NotContains(t, string(old), `"tk"`)
+		kv := &mvccpb.KeyValue{Key: []byte("k"), Value: old, ModRevision: 12, CreateRevision: 5}
+		r, err := DecodeRow("user_spot/room-1", kv)
+		require.NoError(t, err, tc.state)
+		require.Equal(t, tc.wantToken, r.Token, tc.state)
+		require.Equal(t, tc.wantToken, r.Snapshot(goldenTime).OwnershipToken, tc.state)
+		require.Equal(t, r.OwnerGen, r.Token, tc.state)
+		again, err := DecodeRow("user_spot/room-1", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(r.Next(0).Encode()), ModRevision: 20, CreateRevision: 5})
+		require.NoError(t, err)
+		require.Equal(t, tc.wantToken, again.Token, "a same-owner write keeps the token")
+	}
 }

@@ -1,4 +1,4 @@
-package etcd
+package schema
 
 import (
 	"bytes"
@@ -17,17 +17,18 @@ import (
 // rowFormat is the first byte of every encoded row value.
 const rowFormat byte = 1
 
-// row is one decoded state of one authority row: an immutable value once
+// Row is one decoded state of one authority row: an immutable value once
 // built (the cache hands the same pointer to concurrent readers).
-type row struct {
-	key       authority.Key
-	modRev    int64
-	createRev int64
-	ownerGen  int64
-	owner     authority.OwnerToken
-	alloc     authority.PlacementAllocation
-	pending   *authority.PendingCreation
-	payload   []byte
+type Row struct {
+	Key       authority.Key
+	ModRev    int64
+	CreateRev int64
+	OwnerGen  int64 // 0 until written: this write's revision
+	Token     int64 // the ownership token; 0 until written: this write's revision
+	Owner     authority.OwnerToken
+	Alloc     authority.PlacementAllocation
+	Pending   *authority.PendingCreation
+	Payload   []byte
 }
 
 type capacityWire struct {
@@ -48,7 +49,11 @@ type pendingWire struct {
 
 type rowWire struct {
 	// OwnerGen 0 means "the ModRevision of this value".
-	OwnerGen  int64        `json:"og,omitempty"`
+	OwnerGen int64 `json:"og,omitempty"`
+	// Token is the ownership token; 0 means "the ModRevision of this
+	// value". Absent in rows written before tokens existed: the token is
+	// then OwnerGen (see decodeRow).
+	Token     *int64       `json:"tk,omitempty"`
 	OwnerID   string       `json:"o"`
 	Lease     int64        `json:"l"`
 	State     string       `json:"st"`
@@ -84,13 +89,15 @@ type capacityEntryWire struct {
 	capacityWire
 }
 
-// capacityValue is the value of a capacity entry holding c in state.
-func capacityValue(state authority.AllocationState, c authority.CapacityVector) string {
+// EncodeCapacityEntry is the value of a capacity entry holding c in state.
+func EncodeCapacityEntry(state authority.AllocationState, c authority.CapacityVector) string {
 	b, _ := json.Marshal(capacityEntryWire{State: string(state), capacityWire: encodeCapacity(c)})
 	return string(b)
 }
 
-func decodeCapacityValue(v []byte) (authority.AllocationState, authority.CapacityVector, error) {
+// DecodeCapacityEntry decodes a capacity entry strictly: its allocation
+// state and the capacity it holds.
+func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.CapacityVector, error) {
 	var w capacityEntryWire
 	if err := decodeStrict(v, &w); err != nil {
 		return "", authority.CapacityVector{}, err
@@ -105,36 +112,35 @@ func decodeCapacityValue(v []byte) (authority.AllocationState, authority.Capacit
 	return st, w.vector(), nil
 }
 
-// encode returns the stored value of r. sentinelOwnerGen stores the
-// "own ModRevision" sentinel instead of r.ownerGen (for owner-changing writes).
-func (r *row) encode(sentinelOwnerGen bool) string {
+// Encode returns the stored value of r. An OwnerGen or Token of 0 is stored
+// as the "own ModRevision" sentinel: the write that changes the owner (or the
+// owner lease) sets it, and it reads back as that write's revision.
+func (r *Row) Encode() string {
+	token := r.Token
 	w := rowWire{
-		OwnerGen: r.ownerGen, OwnerID: r.owner.OwnerID, Lease: r.owner.LeaseGeneration,
-		State: string(r.alloc.State), Kind: string(r.alloc.ObjectKind), Stable: r.alloc.StableType,
-		Mesh: r.alloc.Descriptor.MeshName, RID: r.alloc.Descriptor.RID,
-		Lifecycle: r.alloc.DescriptorLifecycleGeneration, Capacity: encodeCapacity(r.alloc.Capacity),
+		OwnerGen: r.OwnerGen, Token: &token, OwnerID: r.Owner.OwnerID, Lease: r.Owner.LeaseGeneration,
+		State: string(r.Alloc.State), Kind: string(r.Alloc.ObjectKind), Stable: r.Alloc.StableType,
+		Mesh: r.Alloc.Descriptor.MeshName, RID: r.Alloc.Descriptor.RID,
+		Lifecycle: r.Alloc.DescriptorLifecycleGeneration, Capacity: encodeCapacity(r.Alloc.Capacity),
 	}
-	if sentinelOwnerGen {
-		w.OwnerGen = 0
-	}
-	if p := r.pending; p != nil {
+	if p := r.Pending; p != nil {
 		w.Pending = &pendingWire{ReservationID: p.ReservationID, Reference: p.RequestContentReference, SHA256: p.RequestSHA256, Size: p.RequestEncodedSize}
 	}
 	meta, _ := json.Marshal(w)
 	var buf bytes.Buffer
-	buf.Grow(1 + binary.MaxVarintLen64 + len(meta) + len(r.payload))
+	buf.Grow(1 + binary.MaxVarintLen64 + len(meta) + len(r.Payload))
 	buf.WriteByte(rowFormat)
 	var n [binary.MaxVarintLen64]byte
 	buf.Write(n[:binary.PutUvarint(n[:], uint64(len(meta)))])
 	buf.Write(meta)
-	buf.Write(r.payload)
+	buf.Write(r.Payload)
 	return buf.String()
 }
 
 var errBadRow = errors.New("undecodable row")
 
-// decodeRow decodes a stored row.
-func decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
+// DecodeRow decodes a stored row.
+func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 	v := kv.Value
 	if len(v) < 2 || v[0] != rowFormat {
 		return nil, corrupt(string(kv.Key), errBadRow)
@@ -151,97 +157,126 @@ func decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*row, error) {
 	if err := w.check(); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
-	r := &row{
-		key: key, modRev: kv.ModRevision, createRev: kv.CreateRevision, ownerGen: w.OwnerGen,
-		owner: authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
-		alloc: authority.PlacementAllocation{
+	r := &Row{
+		Key: key, ModRev: kv.ModRevision, CreateRev: kv.CreateRevision, OwnerGen: w.OwnerGen,
+		Owner: authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
+		Alloc: authority.PlacementAllocation{
 			State: authority.AllocationState(w.State), ObjectKind: authority.ObjectKind(w.Kind), StableType: w.Stable,
 			Descriptor:                    authority.NodeDescriptor{MeshName: w.Mesh, RID: w.RID},
 			DescriptorLifecycleGeneration: w.Lifecycle, Capacity: w.Capacity.vector(),
 		},
-		payload: bytes.Clone(v[1+sz+int(n):]),
+		Payload: bytes.Clone(v[1+sz+int(n):]),
 	}
-	if r.ownerGen == 0 {
+	if r.OwnerGen == 0 {
 		if kv.ModRevision <= 0 { // no revision to stand for: not a key etcd returned
 			return nil, corrupt(string(kv.Key), errBadRow)
 		}
-		r.ownerGen = kv.ModRevision
+		r.OwnerGen = kv.ModRevision
+	}
+	switch {
+	case w.Token == nil: // written before tokens: the last owner change that set ownerGen
+		r.Token = r.OwnerGen
+	case *w.Token == 0:
+		r.Token = kv.ModRevision
+	default:
+		r.Token = *w.Token
+	}
+	if r.Token > kv.ModRevision { // a token names this write or an earlier one
+		return nil, corrupt(string(kv.Key), errBadRow)
 	}
 	if p := w.Pending; p != nil {
-		r.pending = &authority.PendingCreation{ReservationID: p.ReservationID, RequestContentReference: p.Reference, RequestSHA256: p.SHA256, RequestEncodedSize: p.Size}
+		r.Pending = &authority.PendingCreation{ReservationID: p.ReservationID, RequestContentReference: p.Reference, RequestSHA256: p.SHA256, RequestEncodedSize: p.Size}
 	}
-	if r.alloc.State != authority.AllocationActive && r.alloc.State != authority.AllocationReserved {
+	if r.Alloc.State != authority.AllocationActive && r.Alloc.State != authority.AllocationReserved {
 		return nil, corrupt(string(kv.Key), errBadRow)
 	}
 	return r, nil
 }
 
-// snapshot returns the contract's view of r read at now.
-func (r *row) snapshot(now time.Time) *authority.Snapshot {
+// Snapshot returns the contract's view of r read at now.
+func (r *Row) Snapshot(now time.Time) *authority.Snapshot {
 	s := &authority.Snapshot{
-		StoreVersion:             version(r.modRev),
-		Payload:                  bytes.Clone(r.payload),
-		ObjectGeneration:         r.createRev,
-		AuthorityOwnerGeneration: r.ownerGen,
-		OwnerID:                  r.owner.OwnerID,
-		OwnerLeaseGeneration:     r.owner.LeaseGeneration,
-		Allocation:               r.alloc.Clone(),
+		StoreVersion:             Version(r.ModRev),
+		Payload:                  bytes.Clone(r.Payload),
+		ObjectGeneration:         r.CreateRev,
+		AuthorityOwnerGeneration: r.OwnerGen,
+		OwnershipToken:           r.Token,
+		OwnerID:                  r.Owner.OwnerID,
+		OwnerLeaseGeneration:     r.Owner.LeaseGeneration,
+		Allocation:               r.Alloc.Clone(),
 		StoreNow:                 now,
 	}
-	if r.pending != nil {
-		p := *r.pending
+	if r.Pending != nil {
+		p := *r.Pending
 		p.RequestSHA256 = bytes.Clone(p.RequestSHA256)
 		s.PendingCreation = &p
 	}
 	return s
 }
 
-// next returns a copy of r as written at revision rev.
-func (r *row) next(rev int64) *row {
+// Next returns a copy of r as written at revision rev.
+func (r *Row) Next(rev int64) *Row {
 	c := *r
-	c.modRev = rev
+	c.ModRev = rev
 	return &c
 }
 
-func version(rev int64) authority.StoreVersion {
+// Written records that r was stored by the write at revision rev: its
+// ModRevision, and the "this write's revision" sentinels (ownerGen, token 0)
+// resolved as a read would resolve them.
+func (r *Row) Written(rev int64) {
+	r.ModRev = rev
+	if r.OwnerGen == 0 {
+		r.OwnerGen = rev
+	}
+	if r.Token == 0 {
+		r.Token = rev
+	}
+}
+
+// Version is the StoreVersion of the row value written at revision rev
+// ("" for 0: no row).
+func Version(rev int64) authority.StoreVersion {
 	if rev == 0 {
 		return ""
 	}
 	return authority.StoreVersion(strconv.FormatInt(rev, 10))
 }
 
-// parseVersion returns the ModRevision a version names; ok is false when the
+// ParseVersion returns the ModRevision a version names; ok is false when the
 // text is no version of this provider (it then matches no row).
-func parseVersion(v authority.StoreVersion) (int64, bool) {
+func ParseVersion(v authority.StoreVersion) (int64, bool) {
 	if v == "" {
 		return 0, true
 	}
 	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || n <= 0 || version(n) != v {
+	if err != nil || n <= 0 || Version(n) != v {
 		return 0, false
 	}
 	return n, true
 }
 
-// reservationState is the value of a reservation terminal.
-type reservationRecord struct {
+// reservationWire is the stored value of a reservation terminal.
+type reservationWire struct {
 	State     string    `json:"s"`
 	ExpiresAt time.Time `json:"e"`
 }
 
-func decodeReservation(kv *mvccpb.KeyValue) (reservationRecord, error) {
-	var r reservationRecord
-	if err := decodeStrict(kv.Value, &r); err != nil {
-		return r, corrupt(string(kv.Key), err)
+// DecodeReservation decodes a reservation terminal strictly.
+func DecodeReservation(kv *mvccpb.KeyValue) (ReservationTerminal, error) {
+	var w reservationWire
+	if err := decodeStrict(kv.Value, &w); err != nil {
+		return ReservationTerminal{}, corrupt(string(kv.Key), err)
 	}
-	if err := r.check(); err != nil {
-		return r, corrupt(string(kv.Key), err)
+	if err := w.check(); err != nil {
+		return ReservationTerminal{}, corrupt(string(kv.Key), err)
 	}
-	return r, nil
+	return ReservationTerminal(w), nil
 }
 
-func (r reservationRecord) encode() string {
-	b, _ := json.Marshal(r)
+// Encode returns the stored value of r.
+func (r ReservationTerminal) Encode() string {
+	b, _ := json.Marshal(reservationWire(r))
 	return string(b)
 }
 
@@ -279,7 +314,8 @@ type terminalWire struct {
 	StoreNow    time.Time     `json:"now"`
 }
 
-func encodeTerminal(t *authority.TerminalRecord) string {
+// EncodeTerminal returns the stored value of a creation terminal.
+func EncodeTerminal(t *authority.TerminalRecord) string {
 	b, _ := json.Marshal(terminalWire{
 		State: string(t.State), Operation: encodeOperation(t.Operation), Reservation: t.ReservationID, Kind: string(t.ObjectKind),
 		Envelope: t.TerminalEnvelope, EnvelopeSHA: t.TerminalEnvelopeSHA256, ExpiresAt: t.ExpiresAt, StoreNow: t.StoreNow,
@@ -287,7 +323,8 @@ func encodeTerminal(t *authority.TerminalRecord) string {
 	return string(b)
 }
 
-func decodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
+// DecodeTerminal decodes a creation terminal strictly.
+func DecodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
 	var w terminalWire
 	if err := decodeStrict(kv.Value, &w); err != nil {
 		return nil, corrupt(string(kv.Key), err)
@@ -302,19 +339,24 @@ func decodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
 	}, nil
 }
 
-// aggregateRecord is the stored state of one aggregate. A committed or
-// aborted record expires (ExpiresAt; zero for a prepared one, which never
-// does): it is kept on a bucketed lease and ignored once expired.
-type aggregateRecord struct {
-	State     string
-	Request   authority.AggregatePrepareRequest
+// AggregateRecord is the stored state of one aggregate. A committed or
+// aborted record keeps no participant payloads or membership mutations, and
+// expires: it is kept on a bucketed lease and ignored once expired.
+type AggregateRecord struct {
+	// State is AggregatePrepared, AggregateCommitted or AggregateAborted.
+	State string
+	// Request is the request that prepared the aggregate.
+	Request authority.AggregatePrepareRequest
+	// ExpiresAt is when the store stops serving a committed or aborted
+	// record; zero for a prepared one, which never expires.
 	ExpiresAt time.Time
 }
 
+// Aggregate record states.
 const (
-	aggregatePrepared  = "prepared"
-	aggregateCommitted = "committed"
-	aggregateAborted   = "aborted"
+	AggregatePrepared  = "prepared"
+	AggregateCommitted = "committed"
+	AggregateAborted   = "aborted"
 )
 
 // Aggregate records are stored in format 1: the two bytes aggregateFormat1,
@@ -349,13 +391,14 @@ type participantWire struct {
 	Mutation   []byte `json:"mm,omitempty"`
 }
 
-func (a *aggregateRecord) encode() string {
+// Encode returns the stored value of a, in format 1.
+func (a *AggregateRecord) Encode() string {
 	b, _ := json.Marshal(a.wire())
 	return aggregateFormat1 + string(b)
 }
 
 // wire is the record's format-1 wire form.
-func (a *aggregateRecord) wire() *aggregateWire {
+func (a *AggregateRecord) wire() *aggregateWire {
 	r := &a.Request
 	w := aggregateWire{State: a.State, ExpiresAt: a.ExpiresAt, ID: r.AggregateID, Generation: r.AggregateGeneration,
 		OwnerID: r.TargetOwner.OwnerID, Lease: r.TargetOwner.LeaseGeneration, Mesh: r.TargetDescriptor.MeshName,
@@ -368,7 +411,9 @@ func (a *aggregateRecord) wire() *aggregateWire {
 	return &w
 }
 
-func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
+// DecodeAggregate decodes an aggregate record of format 1, or of format 0
+// (gob), strictly.
+func DecodeAggregate(kv *mvccpb.KeyValue) (*AggregateRecord, error) {
 	rest, ok := bytes.CutPrefix(kv.Value, []byte(aggregateFormat1))
 	if !ok {
 		return decodeAggregateV0(kv)
@@ -380,7 +425,7 @@ func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
 	if err := w.check(); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
-	a := &aggregateRecord{State: w.State, ExpiresAt: w.ExpiresAt, Request: authority.AggregatePrepareRequest{
+	a := &AggregateRecord{State: w.State, ExpiresAt: w.ExpiresAt, Request: authority.AggregatePrepareRequest{
 		AggregateID: w.ID, AggregateGeneration: w.Generation,
 		TargetOwner:      authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
 		TargetDescriptor: authority.NodeDescriptor{MeshName: w.Mesh, RID: w.RID}, TargetDescriptorLifecycleGeneration: w.Lifecycle,
@@ -396,8 +441,8 @@ func decodeAggregate(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
 
 // decodeAggregateV0 decodes a record of format 0 (gob), checked as strictly
 // as one of format 1.
-func decodeAggregateV0(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
-	var a aggregateRecord
+func decodeAggregateV0(kv *mvccpb.KeyValue) (*AggregateRecord, error) {
+	var a AggregateRecord
 	if err := gob.NewDecoder(bytes.NewReader(kv.Value)).Decode(&a); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
@@ -407,8 +452,21 @@ func decodeAggregateV0(kv *mvccpb.KeyValue) (*aggregateRecord, error) {
 	return &a, nil
 }
 
-// livenessRecord is the value of an owner liveness key.
-type livenessRecord struct {
+// EncodeOwnerGeneration returns the stored value of an owner generation key:
+// the last lease generation handed to the owner, in decimal.
+func EncodeOwnerGeneration(gen int64) string { return strconv.FormatInt(gen, 10) }
+
+// DecodeOwnerGeneration decodes an owner generation key's value.
+func DecodeOwnerGeneration(kv *mvccpb.KeyValue) (int64, error) {
+	gen, err := strconv.ParseInt(string(kv.Value), 10, 64)
+	if err != nil || gen < 0 {
+		return 0, corrupt(string(kv.Key), fmt.Errorf("owner generation %q", kv.Value))
+	}
+	return gen, nil
+}
+
+// Liveness is the value of an owner liveness key.
+type Liveness struct {
 	MeshName  string `json:"m"`
 	RID       string `json:"r"`
 	Lifecycle int64  `json:"g"`
@@ -416,31 +474,32 @@ type livenessRecord struct {
 	Lease     int64  `json:"l"`
 }
 
-// decodeLiveness decodes a liveness key's value strictly.
-func decodeLiveness(value []byte) (livenessRecord, error) {
-	var v livenessRecord
+// DecodeLiveness decodes a liveness key's value strictly.
+func DecodeLiveness(value []byte) (Liveness, error) {
+	var v Liveness
 	if err := decodeStrict(value, &v); err != nil {
 		return v, err
 	}
 	return v, v.check()
 }
 
-func (l livenessRecord) encode() string {
+// Encode returns the stored value of l.
+func (l Liveness) Encode() string {
 	b, _ := json.Marshal(l)
 	return string(b)
 }
 
-// encodeBlob frames a relocation blob: its expiry as 8 bytes of big-endian
+// EncodeBlob frames a relocation blob: its expiry as 8 bytes of big-endian
 // Unix nanoseconds, then the data.
-func encodeBlob(expires time.Time, data []byte) string {
+func EncodeBlob(expires time.Time, data []byte) string {
 	value := make([]byte, 8, 8+len(data))
 	binary.BigEndian.PutUint64(value, uint64(expires.UnixNano()))
 	return string(append(value, data...))
 }
 
-// decodeBlob splits a stored relocation blob into its expiry and data (data
+// DecodeBlob splits a stored relocation blob into its expiry and data (data
 // shares kv's bytes).
-func decodeBlob(kv *mvccpb.KeyValue) (time.Time, []byte, error) {
+func DecodeBlob(kv *mvccpb.KeyValue) (time.Time, []byte, error) {
 	if len(kv.Value) < 8 {
 		return time.Time{}, nil, corrupt(string(kv.Key), errors.New("relocation blob shorter than its expiry"))
 	}

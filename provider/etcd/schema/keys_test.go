@@ -1,4 +1,4 @@
-package etcd
+package schema
 
 import (
 	"slices"
@@ -12,17 +12,17 @@ import (
 // validateNamespace's rule covers the whole layout (a new kind of key must be
 // added there).
 func TestLayoutSegmentsCoverEveryKey(t *testing.T) {
-	l := layout{ns: "/ns/"}
+	l := Layout{ns: "/ns/"}
 	node := authority.NodeDescriptor{MeshName: "m", RID: "r"}
 	owner := authority.OwnerToken{OwnerID: "o", LeaseGeneration: 1}
 	fence := authority.Fence{AggregateID: "a", AggregateGeneration: 1}
 	alloc := authority.PlacementAllocation{Descriptor: node, DescriptorLifecycleGeneration: 1}
 	keys := []string{
-		l.rowsPrefix(), l.row("actor/x"), l.ownerGen("o"), l.reservation("r"), l.blob("b"),
-		l.terminal(authority.CreationOperation{SourceNodeRID: "s", SourceNodeGeneration: 1}),
-		l.livenessPrefix(owner), l.liveness(node, 1, owner), l.ownerRowsPrefix(owner), l.ownerRow(owner, "actor/x"),
-		l.aggregate(fence), l.capacityNode(node, 1), l.capacityEpoch(node, 1), l.capacityRow(alloc, "actor/x"),
-		l.capacityAggregate(alloc, fence),
+		l.RowsPrefix(), l.Row("actor/x"), l.OwnerGen("o"), l.Reservation("r"), l.Blob("b"),
+		l.Terminal(authority.CreationOperation{SourceNodeRID: "s", SourceNodeGeneration: 1}),
+		l.LivenessPrefix(owner), l.Liveness(node, 1, owner), l.OwnerRowsPrefix(owner), l.OwnerRow(owner, "actor/x"),
+		l.Aggregate(fence), l.CapacityNode(node, 1), l.CapacityEpoch(node, 1), l.CapacityRow(alloc, "actor/x"),
+		l.CapacityAggregate(alloc, fence),
 	}
 	for _, k := range keys {
 		first, _, _ := strings.Cut(strings.TrimPrefix(k, l.ns), "/")
@@ -30,7 +30,7 @@ func TestLayoutSegmentsCoverEveryKey(t *testing.T) {
 			t.Errorf("key %q starts with %q, not a layout segment", k, first)
 		}
 	}
-	if err := validateNamespace(DefaultNamespace); err != nil {
+	if err := ValidateNamespace("/zlink/authority/v1/"); err != nil { // the provider's DefaultNamespace
 		t.Errorf("the default namespace is refused: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package etcd
+package schema
 
 import (
 	"bytes"
@@ -95,8 +95,8 @@ func (w *rowWire) check() error {
 			return err
 		}
 	}
-	if w.OwnerGen < 0 || w.Lease < 0 {
-		return errors.New("negative owner generation or lease generation")
+	if w.OwnerGen < 0 || w.Lease < 0 || (w.Token != nil && *w.Token < 0) {
+		return errors.New("negative owner generation, lease generation or ownership token")
 	}
 	if p := w.Pending; p != nil {
 		if err := storedText(p.ReservationID, "reservation ID"); err != nil {
@@ -110,9 +110,9 @@ func (w *rowWire) check() error {
 }
 
 // check validates a decoded reservation terminal.
-func (r reservationRecord) check() error {
+func (r reservationWire) check() error {
 	switch r.State {
-	case reservationCommitted, reservationAborted, string(authority.TerminalRejected), string(authority.TerminalFailed):
+	case ReservationCommitted, ReservationAborted, string(authority.TerminalRejected), string(authority.TerminalFailed):
 	default:
 		return fmt.Errorf("reservation terminal state %q", r.State)
 	}
@@ -142,7 +142,7 @@ func (w *terminalWire) check() error {
 }
 
 // check validates a decoded owner liveness value.
-func (l livenessRecord) check() error {
+func (l Liveness) check() error {
 	for _, t := range []struct{ v, name string }{{l.OwnerID, "owner ID"}, {l.MeshName, "mesh name"}, {l.RID, "node RID"}} {
 		if err := storedText(t.v, t.name); err != nil {
 			return err
@@ -157,7 +157,7 @@ func (l livenessRecord) check() error {
 // check validates a stored aggregate record (format 1).
 func (w *aggregateWire) check() error {
 	switch w.State {
-	case aggregatePrepared, aggregateCommitted, aggregateAborted:
+	case AggregatePrepared, AggregateCommitted, AggregateAborted:
 	default:
 		return fmt.Errorf("aggregate state %q is unknown", w.State)
 	}

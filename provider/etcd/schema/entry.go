@@ -1,4 +1,4 @@
-package etcd
+package schema
 
 import (
 	"bytes"
@@ -60,16 +60,16 @@ func (k EntryKind) String() string {
 // segments are the first path segment of every kind's keys ("rows/", ...):
 // the layout's segment constants (keys.go).
 var segments = map[EntryKind]string{
-	EntryRow:             segRows + "/",
-	EntryOwnerLiveness:   segOwners + "/",
-	EntryOwnerGeneration: segOwnerGens + "/",
-	EntryOwnerIndex:      segOwnerRows + "/",
-	EntryCapacity:        segCapacity + "/",
-	EntryReservation:     segReservations + "/",
-	EntryTerminal:        segTerminals + "/",
-	EntryAggregate:       segAggregates + "/",
-	EntryBlob:            segBlobs + "/",
-	EntryCapacityEpoch:   segCapacityEpochs + "/",
+	EntryRow:             SegRows + "/",
+	EntryOwnerLiveness:   SegOwners + "/",
+	EntryOwnerGeneration: SegOwnerGens + "/",
+	EntryOwnerIndex:      SegOwnerRows + "/",
+	EntryCapacity:        SegCapacity + "/",
+	EntryReservation:     SegReservations + "/",
+	EntryTerminal:        SegTerminals + "/",
+	EntryAggregate:       SegAggregates + "/",
+	EntryBlob:            SegBlobs + "/",
+	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -80,19 +80,19 @@ func Prefix(namespace string, k EntryKind) string { return namespace + segments[
 // OwnerLivenessPrefix returns the prefix of the liveness keys of one owner
 // lease generation (one per node lifecycle it is live on).
 func OwnerLivenessPrefix(namespace string, owner authority.OwnerToken) string {
-	return layout{ns: namespace}.livenessPrefix(owner)
+	return Layout{ns: namespace}.LivenessPrefix(owner)
 }
 
 // OwnerIndexPrefix returns the prefix of the owner index entries of the rows
 // one owner lease generation holds.
 func OwnerIndexPrefix(namespace string, owner authority.OwnerToken) string {
-	return layout{ns: namespace}.ownerRowsPrefix(owner)
+	return Layout{ns: namespace}.OwnerRowsPrefix(owner)
 }
 
 // CapacityNodePrefix returns the prefix of the capacity entries of one node
 // lifecycle.
 func CapacityNodePrefix(namespace string, node authority.NodeDescriptor, lifecycle int64) string {
-	return layout{ns: namespace}.capacityNode(node, lifecycle)
+	return Layout{ns: namespace}.CapacityNode(node, lifecycle)
 }
 
 // Entry is one decoded key-value of a store's namespace: its kind, the parts
@@ -148,8 +148,8 @@ type CapacityEntry struct {
 
 // Reservation terminal states.
 const (
-	ReservationCommitted = reservationCommitted
-	ReservationAborted   = reservationAborted
+	ReservationCommitted = "committed"
+	ReservationAborted   = "aborted"
 	ReservationRejected  = string(authority.TerminalRejected)
 	ReservationFailed    = string(authority.TerminalFailed)
 )
@@ -160,24 +160,6 @@ type ReservationTerminal struct {
 	// or ReservationFailed.
 	State string
 	// ExpiresAt is when the store stops serving it.
-	ExpiresAt time.Time
-}
-
-// Aggregate record states.
-const (
-	AggregatePrepared  = aggregatePrepared
-	AggregateCommitted = aggregateCommitted
-	AggregateAborted   = aggregateAborted
-)
-
-// AggregateRecord is the stored state of one aggregate.
-type AggregateRecord struct {
-	// State is AggregatePrepared, AggregateCommitted or AggregateAborted.
-	State string
-	// Request is the request that prepared the aggregate.
-	Request authority.AggregatePrepareRequest
-	// ExpiresAt is when the store stops serving a committed or aborted
-	// record; zero for a prepared one, which never expires.
 	ExpiresAt time.Time
 }
 
@@ -239,16 +221,16 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 	switch kind {
 	case EntryRow:
 		e.Key = authority.Key(rest)
-		var r *row
-		if r, err = decodeRow(e.Key, kv); err == nil {
-			e.Snapshot = r.snapshot(time.Time{})
+		var r *Row
+		if r, err = DecodeRow(e.Key, kv); err == nil {
+			e.Snapshot = r.Snapshot(time.Time{})
 		}
 	case EntryOwnerLiveness:
 		err = e.decodeLiveness(rest, kv)
 	case EntryOwnerGeneration:
 		e.Owner.OwnerID, err = url.PathUnescape(rest)
 		if err == nil {
-			e.Owner.LeaseGeneration, err = strconv.ParseInt(string(kv.Value), 10, 64)
+			e.Owner.LeaseGeneration, err = DecodeOwnerGeneration(kv)
 		}
 	case EntryOwnerIndex:
 		parts := strings.SplitN(rest, "/", 3)
@@ -262,13 +244,13 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeCapacity(rest, kv)
 	case EntryReservation:
 		if e.ReservationID, err = url.PathUnescape(rest); err == nil {
-			var rec reservationRecord
-			if rec, err = decodeReservation(kv); err == nil {
-				e.Reservation = &ReservationTerminal{State: rec.State, ExpiresAt: rec.ExpiresAt}
+			var rec ReservationTerminal
+			if rec, err = DecodeReservation(kv); err == nil {
+				e.Reservation = &rec
 			}
 		}
 	case EntryTerminal:
-		e.Terminal, err = decodeTerminal(kv)
+		e.Terminal, err = DecodeTerminal(kv)
 		if err == nil && e.Terminal.Operation.Key() != rest {
 			err = fmt.Errorf("operation %q under key %q: %w", e.Terminal.Operation.Key(), rest, errBadKey)
 		}
@@ -278,7 +260,7 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeCapacityEpoch(rest, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
-		expires, data, berr := decodeBlob(kv)
+		expires, data, berr := DecodeBlob(kv)
 		if berr != nil {
 			return e, berr
 		}
@@ -350,11 +332,11 @@ func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
 	if e.Node, e.Lifecycle, err = parseNode(parts[2], parts[3], parts[4]); err != nil {
 		return err
 	}
-	v, err := decodeLiveness(kv.Value)
+	v, err := DecodeLiveness(kv.Value)
 	if err != nil {
 		return err
 	}
-	if v != (livenessRecord{MeshName: e.Node.MeshName, RID: e.Node.RID, Lifecycle: e.Lifecycle, OwnerID: e.Owner.OwnerID, Lease: e.Owner.LeaseGeneration}) {
+	if v != (Liveness{MeshName: e.Node.MeshName, RID: e.Node.RID, Lifecycle: e.Lifecycle, OwnerID: e.Owner.OwnerID, Lease: e.Owner.LeaseGeneration}) {
 		return fmt.Errorf("value names another owner or node: %w", errBadKey)
 	}
 	return nil
@@ -387,7 +369,7 @@ func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 	default:
 		return errBadKey
 	}
-	if c.State, c.Vector, err = decodeCapacityValue(kv.Value); err != nil {
+	if c.State, c.Vector, err = DecodeCapacityEntry(kv.Value); err != nil {
 		return err
 	}
 	e.Capacity = c
@@ -421,10 +403,10 @@ func (e *Entry) decodeAggregate(rest string, kv *mvccpb.KeyValue) error {
 	if e.Fence, err = parseFence(id, gen); err != nil {
 		return err
 	}
-	rec, err := decodeAggregate(kv)
+	rec, err := DecodeAggregate(kv)
 	if err != nil {
 		return err
 	}
-	e.Aggregate = &AggregateRecord{State: rec.State, Request: rec.Request, ExpiresAt: rec.ExpiresAt}
+	e.Aggregate = rec
 	return nil
 }
