@@ -11,14 +11,16 @@ import (
 )
 
 // readPage reads up to limit keys of [from, end) at rev (0: now) for a
-// listing page. It streams the range (etcdpage.Stream) so that the page
-// costs its own keys: a Range with a limit makes etcd walk every key after
-// the page to count the range, so a 1000-row page cost the rows after it
-// (152 ms at 1M rows, 35 ms at 100k) and a listing was quadratic in the rows
-// listed (docs/scale.md). On a server without RangeStream (etcd before 3.7;
-// remembered) and for a chunk over the client's receive limit, it reads
-// with etcdpage.Read, which pays the count but splits what is too large.
-func (s *Store) readPage(ctx context.Context, from, end string, rev, limit int64, opts ...clientv3.OpOption) (etcdpage.Page, error) {
+// listing page; floor is the prefix every key of the range shares. It
+// streams the range (etcdpage.Stream) so that the page costs its own keys:
+// a Range with a limit makes etcd walk every key after the page to count the
+// range, so a 1000-row page cost the rows after it (152 ms at 1M rows, 35 ms
+// at 100k) and a listing was quadratic in the rows listed (docs/scale.md).
+// On a server without RangeStream (etcd before 3.7; remembered) and for a
+// chunk over the client's receive limit, it reads in windows
+// (etcdpage.ReadAfter), which split what is too large and bound the count to
+// the smallest window around the page.
+func (s *Store) readPage(ctx context.Context, from, floor, end string, rev, limit int64, opts ...clientv3.OpOption) (etcdpage.Page, error) {
 	if !s.noStream.Load() {
 		p, err := etcdpage.Stream(ctx, s.kv, from, end, rev, limit, opts...)
 		switch {
@@ -28,7 +30,7 @@ func (s *Store) readPage(ctx context.Context, from, end string, rev, limit int64
 			return p, err
 		}
 	}
-	return etcdpage.Read(ctx, s.kv, from, end, rev, limit, opts...)
+	return etcdpage.ReadAfter(ctx, s.kv, from, floor, end, rev, limit, opts...)
 }
 
 // readRest reads every key after last up to end at rev: the rest of a range

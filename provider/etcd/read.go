@@ -111,11 +111,11 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	page, err := s.readPage(rctx, from, prefixEnd(base+prefix), pos.Revision, int64(limit))
+	page, err := s.readPage(rctx, from, base+prefix, prefixEnd(base+prefix), pos.Revision, int64(limit))
 	for attempt := 0; err != nil && cursor == "" && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3; attempt++ {
 		// a first page read in parts (large rows, or chunks) whose revision
 		// was compacted between them: a first page has no cursor to expire
-		page, err = s.readPage(rctx, from, prefixEnd(base+prefix), 0, int64(limit))
+		page, err = s.readPage(rctx, from, base+prefix, prefixEnd(base+prefix), 0, int64(limit))
 	}
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrCompacted) {
