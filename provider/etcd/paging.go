@@ -11,17 +11,20 @@ import (
 )
 
 // readPage reads up to limit keys of [from, end) at rev (0: now) for a
-// listing page; floor is the prefix every key of the range shares. It
-// streams the range (etcdpage.Stream) so that the page costs its own keys:
-// a Range with a limit makes etcd walk every key after the page to count the
-// range, so a 1000-row page cost the rows after it (152 ms at 1M rows, 35 ms
-// at 100k) and a listing was quadratic in the rows listed (docs/scale.md).
-// On a server without RangeStream (etcd before 3.7; remembered) and for a
-// chunk over the client's receive limit, it reads in windows
-// (etcdpage.ReadAfter), which split what is too large and bound the count to
-// the smallest window around the page.
+// listing page; floor is the prefix every key of the range shares (from is
+// floor on a first page, else just past the cursor's key).
+//
+// etcd answers a Range with a limit after walking every key to the range's
+// end to count them, so a page read as one ranged Get costs the rows after
+// it (152 ms at 1M rows, 35 ms at 100k) and a listing is quadratic in its
+// rows (docs/scale.md). A page after a cursor reads in windows around the
+// cursor (etcdpage.ReadAfter): etcd counts the smallest window that holds
+// the page. A first page has no such window: it streams the range
+// (etcdpage.Stream, etcd 3.7's RangeStream, which does not count), and on a
+// server without it (remembered) or for a chunk over the client's receive
+// limit reads it as one ranged Get.
 func (s *Store) readPage(ctx context.Context, from, floor, end string, rev, limit int64, opts ...clientv3.OpOption) (etcdpage.Page, error) {
-	if !s.noStream.Load() {
+	if from == floor && !s.noStream.Load() {
 		p, err := etcdpage.Stream(ctx, s.kv, from, end, rev, limit, opts...)
 		switch {
 		case errors.Is(err, etcdpage.ErrNoStream):

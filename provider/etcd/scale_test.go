@@ -19,6 +19,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/embedded"
+	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -373,7 +374,7 @@ func scaleOps(t *testing.T, ss *scaleServer, n, regular, big int) {
 		t.Fatal(err)
 	}
 	scaleWrites(t, ss, s, n)
-	scaleLists(t, s, n, regular, big)
+	scaleLists(t, ss, s, n, regular, big)
 	d := timed(t, func() error {
 		removed, err := s.RemoveAllByOwner(ctx, rm.Owner)
 		if err == nil && removed != scaleRemoveSmall {
@@ -497,8 +498,21 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 
 // scaleLists: one 1000-row page (the mean of 5 from different places) and
 // a listing of every row.
-func scaleLists(t *testing.T, s *etcdstore.Store, n, regular, big int) {
+func scaleLists(t *testing.T, ss *scaleServer, s *etcdstore.Store, n, regular, big int) {
 	ctx := context.Background()
+	// the same first page as one ranged Get, which etcd answers after
+	// counting every row after the page (what a page cost before streaming)
+	first := schema.Prefix(scaleNS, schema.EntryRow) + authority.KindPrefix(authority.ObjectUserSpot)
+	var counted time.Duration
+	for range 5 {
+		t0 := time.Now()
+		p, err := etcdpage.Read(ctx, ss.c.KV, first, clientv3.GetPrefixRangeEnd(first), 0, authority.MaxScanLimit)
+		if err != nil || len(p.Kvs) != authority.MaxScanLimit {
+			t.Fatalf("ranged page: %d rows, %v", len(p.Kvs), err)
+		}
+		counted += time.Since(t0)
+	}
+	figure(t, n, "1000-row ranged Get (counted)", "%s", (counted / 5).Truncate(10*time.Microsecond))
 	var pages time.Duration
 	var cursor authority.ScanCursor
 	total := 0
