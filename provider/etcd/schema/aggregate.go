@@ -30,15 +30,7 @@ const (
 	AggregateAborted   = "aborted"
 )
 
-// Aggregate records are stored in format 1: the two bytes aggregateFormat1,
-// then aggregateWire as JSON (the store's own types, short field names).
-// Format 0, the first, was gob of the Go struct aggregateRecord, which holds
-// the contract's AggregatePrepareRequest: renaming a contract field would
-// have changed how stored records decode. Format 0 records still decode (a
-// gob stream never starts with a NUL byte); the next change of the record
-// rewrites it in format 1.
-const aggregateFormat1 = "\x00\x01"
-
+// aggregateWire is an aggregate record of format 1 (after aggregateFormat1).
 type aggregateWire struct {
 	State      string            `json:"st"`
 	ExpiresAt  time.Time         `json:"e"`
@@ -54,6 +46,7 @@ type aggregateWire struct {
 	Parts      []participantWire `json:"p"`
 }
 
+// participantWire is one participant of an aggregate record.
 type participantWire struct {
 	Key        string `json:"k"`
 	Version    string `json:"v"`

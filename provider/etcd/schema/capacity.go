@@ -7,6 +7,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 )
 
+// capacityWire is a capacity vector as stored in rows, capacity entries and
+// aggregate records.
 type capacityWire struct {
 	Actors int64  `json:"a,omitempty"`
 	Spots  int64  `json:"s,omitempty"`

@@ -12,23 +12,21 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// rowFormat is the first byte of every encoded row value.
-const rowFormat byte = 1
-
 // Row is one decoded state of one authority Row: an immutable value once
 // built (the cache hands the same pointer to concurrent readers).
 type Row struct {
-	Key       authority.Key
-	ModRev    int64
-	CreateRev int64
-	OwnerGen  int64 // 0 until written: this write's revision
-	Token     int64 // the ownership token; 0 until written: this write's revision
-	Owner     authority.OwnerToken
-	Alloc     authority.PlacementAllocation
-	Pending   *authority.PendingCreation
-	Payload   []byte
+	Key       authority.Key                 // the row's authority key (from its etcd key)
+	ModRev    int64                         // the value's ModRevision: its StoreVersion
+	CreateRev int64                         // the key's CreateRevision: the object generation
+	OwnerGen  int64                         // the owner generation; 0 until written: this write's revision
+	Token     int64                         // the ownership token; 0 until written: this write's revision
+	Owner     authority.OwnerToken          // the owner and its lease generation
+	Alloc     authority.PlacementAllocation // the placement and the capacity it holds
+	Pending   *authority.PendingCreation    // a reserved row's creation receipt, else nil
+	Payload   []byte                        // the raw payload
 }
 
+// pendingWire is a reserved row's creation receipt as stored.
 type pendingWire struct {
 	ReservationID string `json:"id"`
 	Reference     string `json:"ref"`
@@ -36,6 +34,10 @@ type pendingWire struct {
 	Size          int64  `json:"n"`
 }
 
+// rowWire is the JSON header of a row value (format 1, see format.go). A
+// field added to it must give rows written without it their old meaning
+// (omitempty, or a pointer when the zero value means something: Token), and
+// a golden file of the old row must keep decoding (row-*.v0-no-token).
 type rowWire struct {
 	// OwnerGen 0 means "the ModRevision of this value".
 	OwnerGen int64 `json:"og,omitempty"`

@@ -55,6 +55,7 @@ func (w operationWire) operation() authority.CreationOperation {
 		OperationID: authority.CreationOperationID{High: w.OperationID.High, Low: w.OperationID.Low}}
 }
 
+// terminalWire is the stored value of a creation terminal.
 type terminalWire struct {
 	State       string        `json:"s"`
 	Operation   operationWire `json:"op"`
