@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -436,12 +438,14 @@ func scaleWrites(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 	rev0, _ := ss.c.Get(ctx, "x")
 	sent0 := ss.sent.Load()
 	watches0, _ := etcdstore.UsageWatchCounts(s)
+	stopProfile := scaleProfile(t, n, "reserve-commit")
 	d = timed(t, func() error {
 		return parallel(scalePairs, scaleClients, func(i int) error {
 			_, err := scaleReserveCommit(ctx, s, 2, fmt.Sprintf("w%08d", i), scaleTarget("o"+strconv.Itoa(i%scaleOwners), 1))
 			return err
 		})
 	})
+	stopProfile()
 	rev1, _ := ss.c.Get(ctx, "x")
 	watches1, _ := etcdstore.UsageWatchCounts(s)
 	figure(t, n, "reserve+commit Spot, 64 clients", "%.0f pairs/s; %.0f request B/pair (64 B payload); %.2f revisions/pair; %d usage watch restarts (a decision that read its node's whole range)",
@@ -570,4 +574,25 @@ func scalePrune(t *testing.T, ss *scaleServer, s *etcdstore.Store, n int) {
 		t.Fatalf("pruned %d epochs, want at least %d", pruned, scaleEpochs)
 	}
 	figure(t, n, "prune 10k empty epochs", "%s (%d pruned)", d.Truncate(time.Millisecond), pruned)
+}
+
+// scaleProfile starts a CPU profile of one phase (the store and the
+// embedded etcd server, one process) when AUTHORITY_SCALE_PROFILE names a
+// directory, and returns what stops it.
+func scaleProfile(t *testing.T, n int, phase string) func() {
+	dir := os.Getenv("AUTHORITY_SCALE_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", phase, n)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }

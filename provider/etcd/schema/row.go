@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// Row is one decoded state of one authority Row: an immutable value once
+// Row is one decoded state of one authority row: an immutable value once
 // built (the cache hands the same pointer to concurrent readers).
 type Row struct {
 	Key       authority.Key                 // the row's authority key (from its etcd key)
