@@ -63,6 +63,3 @@ func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.Capacit
 	}
 	return st, w.vector(), nil
 }
-
-// Encode returns the stored value of r. An ownerGen or token of 0 is stored
-// as the "own ModRevision" sentinel: the write that changes the owner (or the

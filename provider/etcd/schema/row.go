@@ -43,7 +43,7 @@ type rowWire struct {
 	OwnerGen int64 `json:"og,omitempty"`
 	// Token is the ownership token; 0 means "the ModRevision of this
 	// value". Absent in rows written before tokens existed: the token is
-	// then OwnerGen (see decodeRow).
+	// then OwnerGen (see DecodeRow).
 	Token     *int64       `json:"tk,omitempty"`
 	OwnerID   string       `json:"o"`
 	Lease     int64        `json:"l"`
@@ -57,6 +57,8 @@ type rowWire struct {
 	Pending   *pendingWire `json:"pc,omitempty"`
 }
 
+// Encode returns the stored value of r. An OwnerGen or Token of 0 is stored
+// as the "own ModRevision" sentinel: the write that changes the owner (or the
 // owner lease) sets it, and it reads back as that write's revision.
 func (r *Row) Encode() string {
 	token := r.Token
