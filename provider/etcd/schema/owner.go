@@ -23,11 +23,11 @@ func DecodeOwnerGeneration(kv *mvccpb.KeyValue) (int64, error) {
 
 // Liveness is the value of an owner liveness key.
 type Liveness struct {
-	MeshName  string `json:"m"`
-	RID       string `json:"r"`
-	Lifecycle int64  `json:"g"`
-	OwnerID   string `json:"o"`
-	Lease     int64  `json:"l"`
+	MeshName  string `json:"m"` // the node's mesh
+	RID       string `json:"r"` // the node's RID
+	Lifecycle int64  `json:"g"` // the node's lifecycle generation
+	OwnerID   string `json:"o"` // the owner
+	Lease     int64  `json:"l"` // the owner's lease generation
 }
 
 // DecodeLiveness decodes a liveness key's value strictly.
