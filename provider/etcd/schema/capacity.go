@@ -3,8 +3,10 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // capacityWire is a capacity vector as stored in rows, capacity entries and
@@ -62,4 +64,21 @@ func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.Capacit
 		return "", authority.CapacityVector{}, err
 	}
 	return st, w.vector(), nil
+}
+
+// DecodeNodeCapacityEntry decodes kv, one key-value of the range of a node
+// lifecycle's capacity entries (nodePrefix is Layout.CapacityNode of that
+// lifecycle): its key must name a row's or an aggregate's entry, and its
+// value decodes strictly (DecodeCapacityEntry). Any other key or value is an
+// error wrapping authority.ErrCorrupt.
+func DecodeNodeCapacityEntry(nodePrefix string, kv *mvccpb.KeyValue) (authority.AllocationState, authority.CapacityVector, error) {
+	rest, ok := strings.CutPrefix(string(kv.Key), nodePrefix)
+	if !ok || !strings.HasPrefix(rest, capRow+"/") && !strings.HasPrefix(rest, capAgg+"/") {
+		return "", authority.CapacityVector{}, corrupt(string(kv.Key), errBadKey)
+	}
+	st, c, err := DecodeCapacityEntry(kv.Value)
+	if err != nil {
+		return "", authority.CapacityVector{}, corrupt(string(kv.Key), err)
+	}
+	return st, c, nil
 }
