@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"strings"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
@@ -21,13 +20,9 @@ func (s *Store) sumUsage(node authority.NodeDescriptor, lifecycle int64, kvs []*
 	u := nodeUsage{reserved: map[authority.CapacityCounter]int64{}, active: map[authority.CapacityCounter]int64{}}
 	prefix := s.keys.CapacityNode(node, lifecycle)
 	for _, kv := range kvs {
-		rest := strings.TrimPrefix(string(kv.Key), prefix)
-		if !strings.HasPrefix(rest, "row/") && !strings.HasPrefix(rest, "agg/") {
-			return u, corrupt(string(kv.Key), nil)
-		}
-		st, c, err := schema.DecodeCapacityEntry(kv.Value)
+		st, c, err := schema.DecodeNodeCapacityEntry(prefix, kv)
 		if err != nil {
-			return u, corrupt(string(kv.Key), err)
+			return u, err
 		}
 		into := u.active
 		if st == authority.AllocationReserved {

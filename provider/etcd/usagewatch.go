@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,13 +376,9 @@ func (ws *usageWatches) applyEvents(prefix string, w *usageWatch, events []*clie
 
 // add adds sign × the capacity entry kv holds to w's usage.
 func (w *usageWatch) add(prefix string, kv *mvccpb.KeyValue, sign int64) error {
-	rest := strings.TrimPrefix(string(kv.Key), prefix)
-	if !strings.HasPrefix(rest, "row/") && !strings.HasPrefix(rest, "agg/") {
-		return corrupt(string(kv.Key), nil)
-	}
-	st, c, err := schema.DecodeCapacityEntry(kv.Value)
+	st, c, err := schema.DecodeNodeCapacityEntry(prefix, kv)
 	if err != nil {
-		return corrupt(string(kv.Key), err)
+		return err
 	}
 	into := w.usage.active
 	if st == authority.AllocationReserved {

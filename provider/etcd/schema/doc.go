@@ -8,10 +8,12 @@
 // change to a stored byte fails a test (go test -run TestStoredFormatGolden
 // -update-format rewrites them for a deliberate change).
 //
-// The wire types are the package's own, versioned where their history
-// needs it (a row value starts with its format byte; an aggregate record
-// with the bytes 00 01, its format 1, while format-0 gob records still
-// decode; a row without an ownership token reads its owner generation as
-// one), and never the contract's Go types: renaming a contract field cannot
-// change how stored values decode.
+// The wire types are the package's own, never the contract's Go types:
+// renaming a contract field cannot change how stored values decode. Each
+// value kind names its format and the bytes it is told by (format.go): a row
+// value starts with its format byte; an aggregate record with the bytes
+// 00 01, its format 1, while format-0 gob records still decode; the JSON
+// kinds with '{', so a later format starting otherwise is refused as
+// ErrCorrupt rather than misread. A row without an ownership token, written
+// before tokens existed, reads its owner generation as its token.
 package schema

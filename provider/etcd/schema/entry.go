@@ -98,6 +98,7 @@ func CapacityNodePrefix(namespace string, node authority.NodeDescriptor, lifecyc
 // Entry is one decoded key-value of a store's namespace: its kind, the parts
 // of its key and its decoded value. Only the fields its kind names are set.
 type Entry struct {
+	// Kind is what the key holds; EntryUnknown sets no other field.
 	Kind EntryKind
 
 	// Key is the authority key of a row, of an owner index entry and of a

@@ -25,7 +25,7 @@ var errNotObject = errors.New("stored value is not one JSON object")
 // that the decoded fields are present and in range (checkX below).
 func decodeStrict(data []byte, v any) error {
 	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' {
+	if len(data) == 0 || data[0] != jsonObjectStart {
 		return errNotObject
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
