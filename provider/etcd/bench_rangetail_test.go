@@ -16,8 +16,9 @@ import (
 // range) answers its Count, the number of keys in the whole range, so etcd
 // walks its key index from the page to the range's end whatever the limit.
 // Each sub-benchmark reads the first 1000 keys of a prefix holding tail
-// keys; "stream" reads them as a listing page does (etcdpage.Stream:
-// RangeStream, which does not count); "bounded" reads the same 1000 keys
+// keys; "stream" reads them as a listing's first page does (etcdpage.Stream:
+// RangeStream, which does not count); "window" reads the next 1000 as a
+// page after a cursor does (etcdpage.ReadAfter); "bounded" reads the 1000
 // with the range ending after the last of them. The same run compares the
 // sizes with each other.
 //
@@ -51,6 +52,17 @@ func BenchmarkRangeTail(b *testing.B) {
 		b.Run(fmt.Sprintf("stream/tail=%d", tail), func(b *testing.B) {
 			for b.Loop() {
 				p, err := etcdpage.Stream(ctx, c.KV, prefix, end, 0, 1000)
+				if err != nil || len(p.Kvs) != 1000 || !p.More {
+					b.Fatalf("page: %v", err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("window/tail=%d", tail), func(b *testing.B) {
+			// the page after a cursor at the 1000th key, as a listing's
+			// later pages read it (etcdpage.ReadAfter)
+			after := fmt.Sprintf("%s%08d", prefix, 999) + "\x00"
+			for b.Loop() {
+				p, err := etcdpage.ReadAfter(ctx, c.KV, after, prefix, end, 0, 1000)
 				if err != nil || len(p.Kvs) != 1000 || !p.More {
 					b.Fatalf("page: %v", err)
 				}
