@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // keepAliveRetry is how soon a renewal that failed is tried again (while the
@@ -20,7 +22,11 @@ const keepAliveRetry = 250 * time.Millisecond
 // renewal moves the deadline to that send time plus the TTL etcd confirmed,
 // never past the lease's expiry at etcd. (The client's own KeepAlive stream
 // measures from when a reply arrives, which is later than etcd's clock
-// started, so it can report a lease live after etcd expired it.)
+// started, so it can report a lease live after etcd expired it.) A renewal
+// counts only once a linearizable read in the same raft term follows it
+// (confirmRenewal): a leader that was paused and resumes can renew a lease
+// in its own lessor before it learns that another member leads, and the
+// real leader then expires the lease on its own earlier clock.
 func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 	c := l.r.s.client
 	wait := max(ttl/3, time.Second/2)
@@ -47,6 +53,9 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 			return // another cluster answered (restored with a new token)
 		}
 		switch {
+		case err == nil && resp.TTL > 0 && !l.confirmRenewal(ctx, deadline, resp.ResponseHeader):
+			wait = keepAliveRetry // renewed by a leader that is no longer one, maybe: renew again
+			l.r.s.obs.Metrics().KeepAliveFailed()
 		case err == nil && resp.TTL > 0:
 			next := sent.Add(time.Duration(resp.TTL) * time.Second)
 			l.deadline.Store(&next)
@@ -73,4 +82,20 @@ func (l *OwnerLease) ended(lost bool) {
 	if lost {
 		o.Logger().Warn("owner lease lost", "owner", l.token.OwnerID, "leaseGeneration", l.token.LeaseGeneration)
 	}
+}
+
+// confirmRenewal reports whether the renewal answered with hdr was made by
+// the leader of its raft term while that leader still led: a linearizable
+// read (the member confirms its leader with a quorum) of l's liveness key,
+// in the same term, finds the key. A stale leader's renewal fails this: its
+// read cannot reach a quorum, or it comes back in the newer term.
+func (l *OwnerLease) confirmRenewal(ctx context.Context, deadline time.Time, hdr *pb.ResponseHeader) bool {
+	if hdr == nil {
+		return false
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	s := l.r.s
+	r, err := s.kv.Get(rctx, s.keys.Liveness(l.node, l.lifecycle, l.token), clientv3.WithCountOnly())
+	return err == nil && r.Header != nil && r.Header.RaftTerm == hdr.RaftTerm && r.Count == 1
 }

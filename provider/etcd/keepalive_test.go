@@ -72,3 +72,42 @@ func TestOwnerLeaseDoneBeforeEtcdExpiry(t *testing.T) {
 	}
 	t.Fatal("the liveness key never went")
 }
+
+// otherTerm answers every read as if from the next raft term: what a renewal
+// made by a leader that had been paused, and is no longer one, sees when it
+// is confirmed (the real leader answers the read, in its newer term).
+type otherTerm struct{ clientv3.KV }
+
+func (k otherTerm) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if err == nil && resp.Header != nil {
+		resp.Header.RaftTerm++
+	}
+	return resp, err
+}
+
+// A renewal counts only once a linearizable read in its own raft term
+// confirms it: with every confirming read answered in another term, no
+// renewal moves Deadline on, and Done closes at the first deadline although
+// etcd, which got every renewal, keeps the lease (CI saw a lease renewed by
+// a resumed stale leader expire 615 ms before its Deadline).
+func TestOwnerLeaseRenewalConfirmedInItsTerm(t *testing.T) {
+	c := server.Client(t)
+	c.KV = otherTerm{KV: c.KV}
+	ns := etcdtest.Namespace()
+	s := newStore(t, c, etcdstore.Config{Namespace: ns})
+	ctx := context.Background()
+	l, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "stale-term", 2*time.Second)
+	require.NoError(t, err)
+	defer l.Close(ctx)
+	first := l.Deadline()
+	select {
+	case <-l.Done():
+	case <-time.After(time.Until(first) + 5*time.Second):
+		t.Fatal("Done did not close: an unconfirmed renewal moved the deadline on")
+	}
+	require.Equal(t, first, l.Deadline(), "the deadline moved")
+	live, err := shared.Get(ctx, schema.OwnerLivenessPrefix(ns, l.Token()), clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, live.Kvs, 1, "etcd kept the lease (its renewals reached etcd)")
+}
