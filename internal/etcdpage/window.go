@@ -18,9 +18,11 @@ import (
 // instead, each the range of the keys that share a shorter prefix with
 // from — from[:len(from)-1], then shorter — until the page is full or the
 // window reaches end: a page costs the keys of the smallest such window that
-// holds it. Windows that hold no key shorten faster (by 1, 2, 4, … bytes),
-// so sparse keys cost few round trips. More is exact: the page reads one key
-// past limit.
+// holds it. After a window that held no key the next one skips ahead by
+// twice the depth reached so far (keys sharing a long prefix with from are
+// then cheap to pass), after one that held keys it widens by one byte.
+// Keys that share no structure (random IDs) gain little: the last window is
+// then most of the range. More is exact: the page reads one key past limit.
 func ReadAfter(ctx context.Context, kv clientv3.KV, from, floor, end string, rev int64, limit int64, opts ...clientv3.OpOption) (Page, error) {
 	out := Page{Revision: rev}
 	cur, k, step := from, len(from), 1

@@ -24,16 +24,31 @@ import (
 // server without it (remembered) or for a chunk over the client's receive
 // limit reads it as one ranged Get.
 func (s *Store) readPage(ctx context.Context, from, floor, end string, rev, limit int64, opts ...clientv3.OpOption) (etcdpage.Page, error) {
-	if from == floor && !s.noStream.Load() {
-		p, err := etcdpage.Stream(ctx, s.kv, from, end, rev, limit, opts...)
-		switch {
-		case errors.Is(err, etcdpage.ErrNoStream):
-			s.noStream.Store(true)
-		case err == nil || !etcdpage.TooLarge(err):
+	if from == floor {
+		if p, ok, err := s.stream(ctx, from, end, rev, limit, opts...); ok {
 			return p, err
 		}
 	}
 	return etcdpage.ReadAfter(ctx, s.kv, from, floor, end, rev, limit, opts...)
+}
+
+// stream reads up to limit keys of [from, end) at rev through etcdpage.Stream.
+// ok is false when the caller must read them another way: the server has no
+// RangeStream (remembered in s.noStream), or a chunk was over the client's
+// receive limit.
+func (s *Store) stream(ctx context.Context, from, end string, rev, limit int64, opts ...clientv3.OpOption) (p etcdpage.Page, ok bool, err error) {
+	if s.noStream.Load() {
+		return etcdpage.Page{}, false, nil
+	}
+	p, err = etcdpage.Stream(ctx, s.kv, from, end, rev, limit, opts...)
+	switch {
+	case errors.Is(err, etcdpage.ErrNoStream):
+		s.noStream.Store(true)
+		return etcdpage.Page{}, false, nil
+	case err != nil && etcdpage.TooLarge(err):
+		return etcdpage.Page{}, false, nil
+	}
+	return p, true, err
 }
 
 // readRest reads every key after last up to end at rev: the rest of a range
@@ -42,14 +57,8 @@ func (s *Store) readPage(ctx context.Context, from, floor, end string, rev, limi
 // RangeStream, or a chunk over the client's receive limit) each page also
 // walks the keys after it, as readPage explains.
 func (s *Store) readRest(ctx context.Context, last, end string, rev, pageSize int64) ([]*mvccpb.KeyValue, error) {
-	if !s.noStream.Load() {
-		p, err := etcdpage.Stream(ctx, s.kv, last+"\x00", end, rev, math.MaxInt64)
-		switch {
-		case errors.Is(err, etcdpage.ErrNoStream):
-			s.noStream.Store(true)
-		case err == nil || !etcdpage.TooLarge(err):
-			return p.Kvs, err
-		}
+	if p, ok, err := s.stream(ctx, last+"\x00", end, rev, math.MaxInt64); ok {
+		return p.Kvs, err
 	}
 	return etcdpage.Rest(ctx, s.kv, last, end, rev, pageSize)
 }
