@@ -133,9 +133,29 @@ func Stream(ctx context.Context, kv clientv3.KV, from, end string, rev int64, li
 		}
 		rev = resp.Header.Revision
 	}
+	return stream(ctx, kv, from, end, rev, limit, opts)
+}
+
+// Scan reads up to limit keys of [from, end) as they are now, like Stream,
+// without first asking for the current revision: for a caller that needs
+// no revision to read later pages at, because it fences every key it acts
+// on by that key's own ModRevision (an owner's removal or rebind). The
+// server reads every chunk at the revision it started at; that revision is
+// only sent with the last chunk, so Page.Revision is 0 when the page was cut
+// short (More). Errors are Stream's.
+func Scan(ctx context.Context, kv clientv3.KV, from, end string, limit int64, opts ...clientv3.OpOption) (Page, error) {
+	return stream(ctx, kv, from, end, 0, limit, opts)
+}
+
+// stream is Stream at rev, or, with rev 0, at the revision the server
+// starts the stream at (Page.Revision then 0 unless the range ended).
+func stream(ctx context.Context, kv clientv3.KV, from, end string, rev int64, limit int64, opts []clientv3.OpOption) (Page, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	o := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}, opts...)
+	o := append([]clientv3.OpOption{clientv3.WithRange(end)}, opts...)
+	if rev > 0 {
+		o = append(o, clientv3.WithRev(rev))
+	}
 	ch, err := kv.GetStream(sctx, from, o...)
 	if err != nil {
 		return Page{}, streamError(err)
@@ -151,6 +171,9 @@ func Stream(ctx context.Context, kv clientv3.KV, from, end string, rev int64, li
 			return Page{}, streamError(err)
 		}
 		p.Kvs = append(p.Kvs, r.Kvs...)
+		if r.Header != nil && p.Revision == 0 { // the last chunk of the range
+			p.Revision = r.Header.Revision
+		}
 		if int64(len(p.Kvs)) > limit {
 			p.Kvs, p.More = p.Kvs[:limit:limit], true
 			return p, nil

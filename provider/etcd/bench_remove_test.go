@@ -27,7 +27,7 @@ func BenchmarkRemoveAllByOwner(b *testing.B) {
 }
 
 func benchRemove(b *testing.B, rows, page int) {
-	etcdstore.SetRemoveIndexPage(b, page)
+	etcdstore.SetOwnerIndexPage(b, page)
 	ctx := context.Background()
 	s := newStore(b, nil, etcdstore.Config{})
 	tg := conformance.TargetA

@@ -120,10 +120,10 @@ func DrawBlobReferences(t interface{ Cleanup(func()) }, refs ...string) {
 	t.Cleanup(func() { newBlobReference = old })
 }
 
-// SetRemoveIndexPage sets how many owner index entries RemoveAllByOwner
-// reads at once, until the test ends.
-func SetRemoveIndexPage(t interface{ Cleanup(func()) }, n int) {
-	old := removeIndexPage
-	removeIndexPage = n
-	t.Cleanup(func() { removeIndexPage = old })
+// SetOwnerIndexPage sets how many owner index entries RemoveAllByOwner and
+// RebindRows read at once, until the test ends.
+func SetOwnerIndexPage(t interface{ Cleanup(func()) }, n int) {
+	old := ownerIndexPage
+	ownerIndexPage = n
+	t.Cleanup(func() { ownerIndexPage = old })
 }

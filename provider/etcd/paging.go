@@ -62,3 +62,27 @@ func (s *Store) readRest(ctx context.Context, last, end string, rev, pageSize in
 	}
 	return etcdpage.Rest(ctx, s.kv, last, end, rev, pageSize)
 }
+
+// scanPage reads up to limit keys of [from, end), as they are now, for a
+// walk of a whole range whose every key is then fenced by its own
+// ModRevision (an owner's index, removed or rebound): no page needs the
+// revision of the one before. Every page is streamed (etcdpage.Scan), so a
+// page costs its own keys whatever the keys after it and however its keys
+// are shaped: windows around a cursor (a listing's later pages) count most
+// of the range when keys share no structure (random IDs), which made such a
+// walk quadratic again. On a server without RangeStream (or for a chunk
+// over the client's receive limit) it reads in windows after from as a
+// listing does (floor is the prefix every key of the range shares).
+func (s *Store) scanPage(ctx context.Context, from, floor, end string, limit int64, opts ...clientv3.OpOption) (etcdpage.Page, error) {
+	if !s.noStream.Load() {
+		p, err := etcdpage.Scan(ctx, s.kv, from, end, limit, opts...)
+		switch {
+		case errors.Is(err, etcdpage.ErrNoStream):
+			s.noStream.Store(true)
+		case err != nil && etcdpage.TooLarge(err):
+		default:
+			return p, err
+		}
+	}
+	return etcdpage.ReadAfter(ctx, s.kv, from, floor, end, 0, limit, opts...)
+}

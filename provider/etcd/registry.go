@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,78 +148,4 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 		return mapError(err, true)
 	}
 	return nil
-}
-
-// rebindRows moves every row of from (an older lease generation of the same
-// owner) to this lease with rebindOwnerLease, keeping payloads. It returns
-// how many rows it moved; rows that changed meanwhile are retried, reserved
-// rows are left to their creation. A row that changed under every attempt
-// stays on from: the other rows are still moved, and the error (wrapping
-// ErrUnavailable) says how many stayed, so the caller calls it again. Onto a
-// lease that is lost (Done closed) nothing can move: the error wraps
-// ErrLeaseLost.
-func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
-	s := l.r.s
-	prefix := s.keys.OwnerRowsPrefix(from)
-	var moved int64
-	lost := func() error {
-		select {
-		case <-l.done:
-			return fmt.Errorf("%w: rebind stopped after moving %d rows; acquire a new generation and rebind onto it", ErrLeaseLost, moved)
-		default:
-			return nil
-		}
-	}
-	if err := lost(); err != nil {
-		return 0, err
-	}
-	var left []authority.Key // rows that kept changing under every attempt
-	start := prefix
-	for {
-		rctx, cancel := s.requestContext(ctx)
-		idx, err := s.kv.Get(rctx, start, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(256))
-		cancel()
-		if err != nil {
-			return moved, mapError(err, false)
-		}
-		for _, kv := range idx.Kvs {
-			key := authority.Key(string(kv.Key)[len(prefix):])
-			settled := false
-			for attempt := 0; attempt < maxAttempts && !settled; attempt++ {
-				s.retrying(observe.OpRebindRows, attempt)
-				cur, err := s.ReadAuthority(ctx, key)
-				if err != nil {
-					return moved, err
-				}
-				if cur.Kind != authority.KindSnapshot || cur.Snapshot.Owner() != from || cur.Snapshot.Allocation.State != authority.AllocationActive {
-					settled = true
-					break
-				}
-				res, err := s.CompareExchangeAuthority(ctx, key, cur.Snapshot.StoreVersion,
-					authority.RebindOwnerLease(from, l.token, cur.Snapshot.Payload))
-				if err != nil {
-					return moved, err
-				}
-				if res.Kind == authority.KindStored {
-					moved++
-					settled = true
-				} else if err := lost(); err != nil {
-					// every write onto a lost lease fails its liveness compare
-					return moved, err
-				}
-			}
-			if !settled {
-				left = append(left, key)
-			}
-		}
-		if !idx.More || len(idx.Kvs) == 0 {
-			if len(left) > 0 {
-				return moved, authority.Wrap(authority.ErrUnavailable,
-					fmt.Sprintf("rebind left %d rows on the old lease generation after %d conflicting attempts each (first: %s); call RebindRows again", len(left), maxAttempts, left[0]),
-					errContention)
-			}
-			return moved, nil
-		}
-		start = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
-	}
 }

@@ -17,20 +17,54 @@ import (
 )
 
 // rewritingKV rewrites (same value, new ModRevision) the row key of every
-// single-key read whose key contains only while on, as a busy concurrent
-// writer would: each read-then-compare of that row then conflicts.
+// Txn that writes a row whose key contains only, just before sending it,
+// while on, as a busy concurrent writer would: every compare of that row's
+// version then fails. With del it deletes the row instead (as a concurrent
+// removal would); with do, it calls do with the row key instead.
 type rewritingKV struct {
 	clientv3.KV
 	on   *atomic.Bool
 	only string
+	del  bool
+	do   func(ctx context.Context, key string)
 }
 
-func (k rewritingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	resp, err := k.KV.Get(ctx, key, opts...)
-	if err == nil && k.on.Load() && strings.Contains(key, "/rows/") && strings.Contains(key, k.only) && len(resp.Kvs) == 1 {
-		_, _ = shared.Put(ctx, key, string(resp.Kvs[0].Value))
+func (k rewritingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &rewritingTxn{Txn: k.KV.Txn(ctx), ctx: ctx, k: k}
+}
+
+// rewritingTxn is a Txn of rewritingKV.
+type rewritingTxn struct {
+	clientv3.Txn
+	ctx context.Context
+	k   rewritingKV
+}
+
+func (t *rewritingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *rewritingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		key := string(op.KeyBytes())
+		if t.k.on.Load() && op.IsPut() && strings.Contains(key, "/rows/") && strings.Contains(key, t.k.only) {
+			if t.k.do != nil {
+				t.k.do(t.ctx, key)
+			} else if t.k.del {
+				_, _ = shared.Delete(t.ctx, key)
+			} else if resp, err := shared.Get(t.ctx, key); err == nil && len(resp.Kvs) == 1 {
+				_, _ = shared.Put(t.ctx, key, string(resp.Kvs[0].Value))
+			}
+		}
 	}
-	return resp, err
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *rewritingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
 }
 
 // A row that changes under every rebind attempt is reported, not skipped in

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"strings"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
@@ -16,14 +15,6 @@ import (
 // its capacity entry, its owner index entry and (once per node lifecycle)
 // its node's capacity epoch.
 const opsPerRemovedRow = 4
-
-// removeIndexPage is how many owner index entries RemoveAllByOwner reads
-// at once (keys only, about 100 bytes each). etcd counts every key of a
-// limited range up to its end, so each read walks the owner's remaining
-// index: reading one Txn batch at a time made removal quadratic in the
-// owner's rows (100k rows at 712 rows/s). A page is removed in Txn-sized
-// batches before the next read.
-var removeIndexPage = 2048
 
 // removeAllByOwner deletes every row held by owner (through the owner
 // index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
@@ -38,37 +29,36 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	prefix := s.keys.OwnerRowsPrefix(owner)
 	batch := max(1, s.maxOps/opsPerRemovedRow)
 	var removed int64
-	// from moves past each removed batch: etcd walks the tombstones of the
+	// from moves past each removed page: etcd walks the tombstones of the
 	// deleted index entries in a range until compaction, so reading from
-	// the prefix every time would cost each read all the batches before it
-	// (quadratic in the owner's rows). A pass that reaches the end reads
-	// once more from the prefix, for rows added behind it meanwhile.
+	// the prefix every time would cost each read all the pages before it
+	// (quadratic in the owner's rows), and a counted range (a plain ranged
+	// Get with a limit) would cost every entry after the page.
+	// readOwnerIndex streams each page: it costs its own entries. A pass
+	// that reaches the end reads once more from the prefix, for rows added
+	// behind it meanwhile (that read walks the pass's tombstones once).
 	from := prefix
 	failures := 0
 	for {
-		rctx, cancel := s.requestContext(ctx)
-		idx, err := s.kv.Get(rctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(removeIndexPage)))
-		cancel()
+		keys, more, err := s.readOwnerIndex(ctx, prefix, from)
 		if err != nil {
-			return removed, mapError(err, false)
+			return removed, err
 		}
-		if len(idx.Kvs) == 0 {
+		if len(keys) == 0 {
 			if from == prefix {
 				return removed, nil
 			}
 			from = prefix
 			continue
 		}
-		keys := make([]authority.Key, len(idx.Kvs))
-		for i, kv := range idx.Kvs {
-			keys[i] = authority.Key(strings.TrimPrefix(string(kv.Key), prefix))
-		}
 		n, done, err := s.removeIndexed(ctx, owner, keys, batch, &failures)
 		removed += n
 		if err != nil {
 			return removed, err
 		}
-		from = prefix + string(keys[done-1]) + "\x00"
+		if from = prefix + string(keys[done-1]) + "\x00"; !more {
+			from = prefix
+		}
 	}
 }
 

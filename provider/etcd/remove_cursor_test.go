@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// getRecorder is a KV that records the start key of every Get.
+// getRecorder is a KV that records the start key of every Get and range
+// stream.
 type getRecorder struct {
 	clientv3.KV
 	mu     sync.Mutex
@@ -27,6 +29,13 @@ func (r *getRecorder) Get(ctx context.Context, key string, opts ...clientv3.OpOp
 	r.starts = append(r.starts, key)
 	r.mu.Unlock()
 	return r.KV.Get(ctx, key, opts...)
+}
+
+func (r *getRecorder) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
+	r.mu.Lock()
+	r.starts = append(r.starts, key)
+	r.mu.Unlock()
+	return r.KV.GetStream(ctx, key, opts...)
 }
 
 // RemoveAllByOwner reads the owner index a page at a time, each page from
@@ -42,7 +51,7 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 	c.KV = rec
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, c, etcdstore.Config{Clock: clock, MaxTxnOps: 8}) // 2 rows a batch
-	etcdstore.SetRemoveIndexPage(t, 5)                                // 3 batches a page, the last one short
+	etcdstore.SetOwnerIndexPage(t, 5)                                 // 3 batches a page, the last one short
 	fx := conformance.NewFixture(t, harnessFor(s, clock))
 	const rows = 12
 	for i := range rows {
@@ -66,9 +75,14 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 			index = append(index, k)
 		}
 	}
-	// 12 rows in pages of 5: 3 pages, the empty read after them and the
-	// final empty read from the prefix (a read a batch would be 6 + 2)
-	require.Len(t, index, 5, "one index read a page: %q", index)
+	// 12 rows in pages of 5: 3 pages (the last says nothing follows) and
+	// the final empty read from the prefix (a read a batch would be 6 + 2);
+	// a server without RangeStream reads a page in windows, several reads
+	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
+	require.NoError(t, err)
+	if etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+		require.Len(t, index, 4, "one index read a page: %q", index)
+	}
 	atPrefix := 0
 	for i, k := range index {
 		if strings.HasSuffix(k, "/") {
@@ -78,4 +92,39 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 		require.Greater(t, k, index[i-1], "read %d goes back", i)
 	}
 	require.Equal(t, 2, atPrefix, "index reads starting at the owner's prefix: %q", index)
+}
+
+// On etcd 3.7 RemoveAllByOwner streams its owner index a page at a time:
+// no read of the index is a counted range (a ranged Get with a limit,
+// which etcd answers after walking the whole rest of the range to count
+// it, so each page of the earlier fixed 2048-key pages cost every entry
+// after it: quadratic in the owner's rows).
+func TestRemoveAllByOwnerStreamsItsIndex(t *testing.T) {
+	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
+	require.NoError(t, err)
+	if !etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+		t.Skipf("etcd %s has no RangeStream (3.7): its index pages are read in windows", st.Version)
+	}
+	c := server.Client(t)
+	spy := pageSpyKV{KV: c.KV, ranged: &atomic.Int64{}, streams: &atomic.Int64{}, mu: &sync.Mutex{}, ends: new([]string)}
+	c.KV = spy
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, c, etcdstore.Config{Clock: clock, MaxTxnOps: 8})
+	etcdstore.SetOwnerIndexPage(t, 5)
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	const rows = 12
+	for i := range rows {
+		fx.Active(authority.ObjectUserSpot, fmt.Sprintf("rm-%02d", i), conformance.TargetA)
+	}
+	spy.mu.Lock()
+	*spy.ends = nil
+	spy.mu.Unlock()
+	removed, err := s.RemoveAllByOwner(context.Background(), conformance.TargetA.Owner)
+	require.NoError(t, err)
+	require.EqualValues(t, rows, removed)
+	end := clientv3.GetPrefixRangeEnd(schema.OwnerIndexPrefix(s.Namespace(), conformance.TargetA.Owner))
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	require.NotContains(t, *spy.ends, end, "a counted read of the index to its end")
+	require.GreaterOrEqual(t, spy.streams.Load(), int64(4), "3 pages and the final read, streamed")
 }

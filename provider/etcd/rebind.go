@@ -1,0 +1,242 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Batched rebind.
+//
+// RebindRows moves the rows of an older lease generation (from) onto a
+// lease many rows a Txn. Each row in a Txn keeps the fences a single
+// rebindOwnerLease compare-exchange has: the row's ModRevision as read, and
+// the new lease's liveness key on the row's node (one compare per node in
+// the Txn). Its ops are the row rewritten with the new owner (payload
+// kept), the old owner index entry deleted and the new one put; a Txn
+// takes as many rows as fit --max-txn-ops and the request-size limit. Its
+// Else reads every row and liveness key it compares, so a Txn that did not
+// apply says, in the same round trip, which rows changed (they are judged
+// again from what Else read: moved on from the new state, or left to the
+// writer that changed them) and whether the lease is gone (ErrLeaseLost);
+// the rows that did not change are sent again as they were.
+
+// rebindRow is one row of from being moved: its key, its state as last
+// read, and how many Txns found it changed.
+type rebindRow struct {
+	key     authority.Key
+	row     *schema.Row
+	changed int
+}
+
+// rebinder moves the rows of from onto the lease l.
+type rebinder struct {
+	l     *OwnerLease
+	s     *Store
+	from  authority.OwnerToken
+	moved int64
+	left  []authority.Key // rows that changed under every attempt
+}
+
+// rebindRows moves every row of from (an older lease generation of the same
+// owner) onto this lease, keeping payloads, in batched Txns (see above). It
+// returns how many rows it moved; a row that changed meanwhile is judged
+// again, a reserved row is left to its creation and a row that left from is
+// left to its new writer. A row that changed under maxAttempts Txns stays
+// on from: the other rows are still moved, and the error (wrapping
+// ErrUnavailable) says how many stayed, so the caller calls it again. Onto
+// a lease that is lost nothing can move: the error wraps ErrLeaseLost.
+func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
+	s := l.r.s
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	rb := &rebinder{l: l, s: s, from: from}
+	if err := rb.lost(); err != nil {
+		return 0, err
+	}
+	prefix := s.keys.OwnerRowsPrefix(from)
+	for cursor := prefix; ; {
+		keys, more, err := s.readOwnerIndex(ctx, prefix, cursor)
+		if err != nil {
+			return rb.moved, err
+		}
+		if err := rb.page(ctx, keys); err != nil {
+			return rb.moved, err
+		}
+		if !more || len(keys) == 0 {
+			break
+		}
+		cursor = prefix + string(keys[len(keys)-1]) + "\x00"
+	}
+	if len(rb.left) > 0 {
+		return rb.moved, authority.Wrap(authority.ErrUnavailable,
+			fmt.Sprintf("rebind left %d rows on the old lease generation after %d conflicting attempts each (first: %s); call RebindRows again", len(rb.left), maxAttempts, rb.left[0]),
+			errContention)
+	}
+	return rb.moved, nil
+}
+
+// lost is ErrLeaseLost once the lease is known lost.
+func (rb *rebinder) lost() error {
+	select {
+	case <-rb.l.done:
+		return rb.lostError()
+	default:
+		return nil
+	}
+}
+
+func (rb *rebinder) lostError() error {
+	return fmt.Errorf("%w: rebind stopped after moving %d rows; acquire a new generation and rebind onto it", ErrLeaseLost, rb.moved)
+}
+
+// movable says whether r is a row rebind moves: active and held by from.
+func (rb *rebinder) movable(r *schema.Row) bool {
+	return r != nil && r.Owner == rb.from && r.Alloc.State == authority.AllocationActive
+}
+
+// page moves the rows at keys (one page of from's index): it reads them, at
+// most --max-txn-ops a read, and sends Txns until every one is moved, left
+// to another writer or given up on.
+func (rb *rebinder) page(ctx context.Context, keys []authority.Key) error {
+	s := rb.s
+	var pending []*rebindRow
+	for start := 0; start < len(keys); start += s.maxOps {
+		part := keys[start:min(start+s.maxOps, len(keys))]
+		gets := make([]clientv3.Op, len(part))
+		for i, key := range part {
+			gets[i] = opGet(s.keys.Row(key))
+		}
+		got, err := s.readInParts(ctx, gets)
+		if err != nil {
+			return err
+		}
+		for _, key := range part {
+			r, err := s.rowIn(got, key)
+			if err != nil {
+				return err
+			}
+			if rb.movable(r) {
+				pending = append(pending, &rebindRow{key: key, row: r})
+			}
+		}
+	}
+	for len(pending) > 0 {
+		t, n := rb.build(pending)
+		again, err := rb.send(ctx, t, pending[:n])
+		if err != nil {
+			return err
+		}
+		pending = append(again, pending[n:]...)
+	}
+	return nil
+}
+
+// build returns the Txn moving the first n rows of pending: as many as fit
+// the store's limits (at least one; a row too large alone fails the send's
+// limit check, naming the flag).
+func (rb *rebinder) build(pending []*rebindRow) (t *txn, n int) {
+	s, to := rb.s, rb.l.token
+	t = &txn{}
+	lives := map[string]bool{}
+	for _, p := range pending {
+		r := p.row
+		rowKey := s.keys.Row(p.key)
+		next := r.Next(0)
+		next.Owner = to
+		next.Token = 0 // a new owner lease: resolved to this write's revision
+		value := next.Encode()
+		oldIdx, newIdx := s.keys.OwnerRow(rb.from, p.key), s.keys.OwnerRow(to, p.key)
+		live := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to)
+		cmps, els, bytes := 1, 1, 3*len(rowKey)+len(value)+len(oldIdx)+len(newIdx)+6*opOverhead
+		if !lives[live] {
+			cmps, els, bytes = cmps+1, els+1, bytes+2*(len(live)+opOverhead)
+		}
+		if n > 0 && (max(len(t.cmps)+cmps, len(t.then)+3, len(t.els)+els) > s.maxOps || t.bytes+bytes > s.maxBytes) {
+			break
+		}
+		t.cmp(modRevIs(rowKey, r.ModRev))
+		t.orGet(rowKey)
+		if !lives[live] {
+			lives[live] = true
+			t.cmp(s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to))
+			t.orGet(live, clientv3.WithKeysOnly())
+		}
+		t.put(rowKey, value)
+		t.del(oldIdx)
+		t.put(newIdx, "")
+		n++
+	}
+	return t, n
+}
+
+// send sends t, which moves batch, and returns the rows to send again: none
+// when it applied; when it did not, the rows Else read unchanged and the
+// changed rows still to move (their state now as Else read it).
+func (rb *rebinder) send(ctx context.Context, t *txn, batch []*rebindRow) (again []*rebindRow, err error) {
+	s := rb.s
+	resp, err := s.sendWrite(ctx, t, "rebinding an owner's rows")
+	if err != nil {
+		return nil, err
+	}
+	if resp.Succeeded {
+		rb.moved += int64(len(batch))
+		return nil, nil
+	}
+	got := readsOf(resp)
+	livePrefix := s.keys.LivenessPrefix(rb.l.token)
+	for _, c := range t.cmps {
+		if key := string(c.KeyBytes()); strings.HasPrefix(key, livePrefix) && got[key] == nil {
+			// a liveness key is gone: every write onto the lease fails
+			return nil, rb.lostError()
+		}
+	}
+	unchanged := 0
+	for _, p := range batch {
+		kv := got[s.keys.Row(p.key)]
+		if kv != nil && kv.ModRevision == p.row.ModRev {
+			again = append(again, p)
+			unchanged++
+			continue
+		}
+		cur, err := s.decodeRow(p.key, kv)
+		if err != nil {
+			return nil, err
+		}
+		if !rb.movable(cur) {
+			continue // deleted, moved, or reserved again: its writer's now
+		}
+		if p.changed++; p.changed >= maxAttempts {
+			rb.left = append(rb.left, p.key)
+			continue
+		}
+		s.retrying(observe.OpRebindRows, p.changed)
+		p.row = cur
+		again = append(again, p)
+	}
+	if unchanged == len(batch) {
+		// every compare read as holding, yet the Txn failed: nothing to
+		// learn from Else; count it against the rows as contention
+		return rb.contention(batch), nil
+	}
+	return again, nil
+}
+
+// contention counts a failed Txn against each row of batch, giving up on a
+// row at maxAttempts, and returns the rows to send again.
+func (rb *rebinder) contention(batch []*rebindRow) (again []*rebindRow) {
+	for _, p := range batch {
+		if p.changed++; p.changed >= maxAttempts {
+			rb.left = append(rb.left, p.key)
+			continue
+		}
+		again = append(again, p)
+	}
+	return again
+}

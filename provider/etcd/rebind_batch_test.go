@@ -1,0 +1,166 @@
+package etcd_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/conformance"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rebindSetup is a store on client with cfg, a first lease of the owner
+// "mover" holding rows active Actors (a0, a1, …) and a second generation
+// to rebind onto.
+func rebindSetup(t *testing.T, client *clientv3.Client, cfg etcdstore.Config, rows int) (s *etcdstore.Store, fx *conformance.Fixture, first, second *etcdstore.OwnerLease) {
+	t.Helper()
+	clock := authority.NewManualClock(testEpoch)
+	cfg.Clock = clock
+	s = newStore(t, client, cfg)
+	fx = conformance.NewFixture(t, harnessFor(s, clock))
+	ctx := context.Background()
+	var err error
+	first, err = s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = first.Close(ctx) })
+	tgt := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, first.Token())
+	for i := range rows {
+		fx.Active(authority.ObjectActor, fmt.Sprintf("a%d", i), tgt)
+	}
+	second, err = s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = second.Close(ctx) })
+	return s, fx, first, second
+}
+
+// ownerIndexKeys is how many owner index entries owner has.
+func ownerIndexKeys(t *testing.T, s *etcdstore.Store, owner authority.OwnerToken) int64 {
+	t.Helper()
+	resp, err := shared.Get(context.Background(), schema.OwnerIndexPrefix(s.Namespace(), owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return resp.Count
+}
+
+// RebindRows moves many rows a Txn: with --max-txn-ops 32 a Txn moves 10
+// rows (3 ops a row), so 60 rows take 6 Txns (one a row before), and each
+// row keeps its payload. On etcd 3.7 the old generation's index is streamed
+// a page at a time: no read of it is a counted range to its end (each
+// counted the whole rest of the index before). Reserved rows stay.
+func TestRebindRowsMovesManyRowsATxn(t *testing.T) {
+	c := server.Client(t)
+	spy := pageSpyKV{KV: c.KV, ranged: &atomic.Int64{}, streams: &atomic.Int64{}, mu: &sync.Mutex{}, ends: new([]string)}
+	c.KV = spy
+	const rows = 60
+	s, fx, first, second := rebindSetup(t, c, etcdstore.Config{MaxTxnOps: 32}, rows)
+	oldTgt := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, first.Token())
+	fx.Reserve(authority.ObjectActor, "pending", oldTgt)
+	before := map[int][]byte{}
+	for i := range rows {
+		before[i] = fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Payload
+	}
+	etcdstore.SetOwnerIndexPage(t, 30)
+	spy.mu.Lock()
+	*spy.ends = nil
+	spy.mu.Unlock()
+	txns := s.WriteStats().Txns
+
+	moved, err := second.RebindRows(context.Background(), first.Token())
+	require.NoError(t, err)
+	require.EqualValues(t, rows, moved)
+	require.LessOrEqual(t, s.WriteStats().Txns-txns, int64(6), "10 rows a Txn")
+	for i := range rows {
+		snap := fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i)))
+		require.Equal(t, second.Token(), snap.Owner(), "row a%d", i)
+		require.True(t, bytes.Equal(before[i], snap.Payload), "row a%d payload", i)
+	}
+	require.EqualValues(t, rows, ownerIndexKeys(t, s, second.Token()))
+	require.EqualValues(t, 1, ownerIndexKeys(t, s, first.Token()), "the reservation stays")
+
+	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
+	require.NoError(t, err)
+	if etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+		end := clientv3.GetPrefixRangeEnd(schema.OwnerIndexPrefix(s.Namespace(), first.Token()))
+		spy.mu.Lock()
+		defer spy.mu.Unlock()
+		require.NotContains(t, *spy.ends, end, "a counted read of the old index to its end")
+		require.GreaterOrEqual(t, spy.streams.Load(), int64(2), "2 pages of 30, streamed")
+	}
+}
+
+// A Txn takes only as many rows as fit --max-request-bytes: rows of 20 KiB
+// with a 64 KiB limit move 3 a Txn, and all of them move.
+func TestRebindRowsWithinRequestBytes(t *testing.T) {
+	const rows = 7
+	s, fx, first, second := rebindSetup(t, nil, etcdstore.Config{MaxRequestBytes: 64 << 10}, rows)
+	big := bytes.Repeat([]byte("p"), 20<<10)
+	for i := range rows {
+		key := fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))
+		res, err := s.CompareExchangeAuthority(context.Background(), key, fx.MustRow(key).StoreVersion, authority.Put(big))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindStored, res.Kind)
+	}
+	txns := s.WriteStats().Txns
+	moved, err := second.RebindRows(context.Background(), first.Token())
+	require.NoError(t, err)
+	require.EqualValues(t, rows, moved)
+	require.EqualValues(t, 3, s.WriteStats().Txns-txns, "3 rows a Txn: 3+3+1")
+	for i := range rows {
+		snap := fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i)))
+		require.Equal(t, second.Token(), snap.Owner())
+		require.True(t, bytes.Equal(big, snap.Payload))
+	}
+}
+
+// A row removed while its batch is in flight fails the batch's Txn; the
+// rows that did not change are sent again and move, and the removed row is
+// left to its remover: not counted, not reported.
+func TestRebindRowsLeavesRowsChangedUnderIt(t *testing.T) {
+	var on atomic.Bool
+	c := server.Client(t)
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "a3", del: true}
+	const rows = 8
+	_, fx, first, second := rebindSetup(t, c, etcdstore.Config{}, rows)
+	on.Store(true)
+	moved, err := second.RebindRows(context.Background(), first.Token())
+	on.Store(false)
+	require.NoError(t, err)
+	require.EqualValues(t, rows-1, moved)
+	fx.RequireMissing(fx.Key(authority.ObjectActor, "a3"))
+	for i := range rows {
+		if i != 3 {
+			require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Owner())
+		}
+	}
+}
+
+// A lease lost while rows move stops the rebind with ErrLeaseLost (its
+// liveness compare fails, and Else shows the key gone), counting the rows
+// moved before: with --max-txn-ops 16 a Txn moves 5 rows, and the liveness
+// key goes just before the second Txn (a3 … a7 in key order) is sent.
+func TestRebindRowsStopsWhenTheLeaseIsLostMidway(t *testing.T) {
+	var on atomic.Bool
+	var second *etcdstore.OwnerLease
+	var ns string
+	c := server.Client(t)
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/a5", do: func(ctx context.Context, _ string) {
+		_, _ = shared.Delete(ctx, schema.OwnerLivenessPrefix(ns, second.Token()), clientv3.WithPrefix())
+	}}
+	s, fx, first, second := rebindSetup(t, c, etcdstore.Config{MaxTxnOps: 16}, 12)
+	ns = s.Namespace()
+	on.Store(true)
+	moved, err := second.RebindRows(context.Background(), first.Token())
+	on.Store(false)
+	require.ErrorIs(t, err, etcdstore.ErrLeaseLost)
+	require.EqualValues(t, 5, moved)
+	require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a0")).Owner())
+	require.Equal(t, first.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a5")).Owner())
+}
