@@ -60,19 +60,29 @@ func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) 
 	if err := rb.lost(); err != nil {
 		return 0, err
 	}
-	prefix := s.keys.OwnerRowsPrefix(from)
-	for cursor := prefix; ; {
-		keys, more, err := s.readOwnerIndex(ctx, prefix, cursor)
-		if err != nil {
-			return rb.moved, err
+	// the old index and its rows are read ahead, one Txn's worth at a
+	// time, while the rows read before are sent
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan []*rebindRow, 2)
+	var readErr error
+	go func() {
+		defer close(chunks)
+		readErr = rb.read(rctx, s.keys.OwnerRowsPrefix(from), chunks)
+	}()
+	var err error
+	for chunk := range chunks {
+		if err == nil {
+			if err = rb.move(ctx, chunk); err != nil {
+				cancel() // the reader stops; the chunks it sent are dropped
+			}
 		}
-		if err := rb.page(ctx, keys); err != nil {
-			return rb.moved, err
-		}
-		if !more || len(keys) == 0 {
-			break
-		}
-		cursor = prefix + string(keys[len(keys)-1]) + "\x00"
+	}
+	if err == nil {
+		err = readErr // closing chunks ordered the reader's write before this
+	}
+	if err != nil {
+		return rb.moved, err
 	}
 	if len(rb.left) > 0 {
 		return rb.moved, authority.Wrap(authority.ErrUnavailable,
@@ -101,32 +111,75 @@ func (rb *rebinder) movable(r *schema.Row) bool {
 	return r != nil && r.Owner == rb.from && r.Alloc.State == authority.AllocationActive
 }
 
-// page moves the rows at keys (one page of from's index): it reads them, at
-// most --max-txn-ops a read, and sends Txns until every one is moved, left
-// to another writer or given up on.
-func (rb *rebinder) page(ctx context.Context, keys []authority.Key) error {
+// read reads from's index (prefix: its prefix) a page at a time and the
+// rows it names, and sends the movable ones to chunks, a Txn's worth (by
+// --max-txn-ops) a chunk. It returns at the index's end or on an error.
+func (rb *rebinder) read(ctx context.Context, prefix string, chunks chan<- []*rebindRow) error {
 	s := rb.s
-	var pending []*rebindRow
-	for start := 0; start < len(keys); start += s.maxOps {
-		part := keys[start:min(start+s.maxOps, len(keys))]
-		gets := make([]clientv3.Op, len(part))
-		for i, key := range part {
-			gets[i] = opGet(s.keys.Row(key))
+	per := max(1, s.maxOps/3)
+	var chunk []*rebindRow
+	emit := func(all bool) error {
+		for len(chunk) >= per || (all && len(chunk) > 0) {
+			n := min(per, len(chunk))
+			select {
+			case chunks <- chunk[:n:n]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			chunk = chunk[n:]
 		}
-		got, err := s.readInParts(ctx, gets)
+		return nil
+	}
+	for cursor := prefix; ; {
+		keys, more, err := s.readOwnerIndex(ctx, prefix, cursor)
 		if err != nil {
 			return err
 		}
-		for _, key := range part {
-			r, err := s.rowIn(got, key)
+		for start := 0; start < len(keys); start += per {
+			rows, err := rb.readRows(ctx, keys[start:min(start+per, len(keys))])
 			if err != nil {
 				return err
 			}
-			if rb.movable(r) {
-				pending = append(pending, &rebindRow{key: key, row: r})
+			chunk = append(chunk, rows...)
+			if err := emit(false); err != nil {
+				return err
 			}
 		}
+		if !more || len(keys) == 0 {
+			return emit(true)
+		}
+		cursor = prefix + string(keys[len(keys)-1]) + "\x00"
 	}
+}
+
+// readRows reads the rows at keys (at most --max-txn-ops) and returns the
+// movable ones.
+func (rb *rebinder) readRows(ctx context.Context, keys []authority.Key) ([]*rebindRow, error) {
+	s := rb.s
+	gets := make([]clientv3.Op, len(keys))
+	for i, key := range keys {
+		gets[i] = opGet(s.keys.Row(key))
+	}
+	got, err := s.readInParts(ctx, gets)
+	if err != nil {
+		return nil, err
+	}
+	var rows []*rebindRow
+	for _, key := range keys {
+		r, err := s.rowIn(got, key)
+		if err != nil {
+			return nil, err
+		}
+		if rb.movable(r) {
+			rows = append(rows, &rebindRow{key: key, row: r})
+		}
+	}
+	return rows, nil
+}
+
+// move sends Txns until every row of pending is moved, left to another
+// writer or given up on.
+func (rb *rebinder) move(ctx context.Context, pending []*rebindRow) error {
 	for len(pending) > 0 {
 		t, n := rb.build(pending)
 		again, err := rb.send(ctx, t, pending[:n])
