@@ -29,12 +29,13 @@ var failoverPayload = bytes.Repeat([]byte("f"), 64)
 //
 //   - rebind: OwnerLease.RebindRows onto the next generation (reads the old
 //     index and the rows, then Txns of 341 rows, each row fenced);
+//
 //   - raw-rewrite: the physical limit, the same rows rewritten with the
 //     plain client in Txns of the same size (each row compared on its
 //     ModRevision, its value put again, an index entry deleted and one put),
 //     with keys, values and revisions known beforehand.
 //
-//	go test -run '^$' -bench BenchmarkFailover -benchtime 1x ./provider/etcd/
+//     go test -run '^$' -bench BenchmarkFailover -benchtime 1x ./provider/etcd/
 func BenchmarkFailover(b *testing.B) {
 	srv := etcdtest.Start(b, etcdtest.WithFsync(true), etcdtest.WithMaxTxnOps(1024), etcdtest.WithMaxRequestBytes(4<<20))
 	c := srv.Client(b)
