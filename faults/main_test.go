@@ -12,5 +12,6 @@ func TestMain(m *testing.M) {
 	etcdcluster.RunMemberIfRequested()
 	runPausedOwnerIfRequested()
 	runDownstreamWriterIfRequested()
+	runFailoverNodeIfRequested()
 	goleak.VerifyTestMain(m)
 }

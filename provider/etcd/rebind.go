@@ -243,12 +243,16 @@ func (rb *rebinder) send(ctx context.Context, t *txn, batch []*rebindRow) (again
 		return nil, nil
 	}
 	got := readsOf(resp)
-	livePrefix := s.keys.LivenessPrefix(rb.l.token)
+	livePrefix, own := s.keys.LivenessPrefix(rb.l.token), s.keys.Liveness(rb.l.node, rb.l.lifecycle, rb.l.token)
 	for _, c := range t.cmps {
-		if key := string(c.KeyBytes()); strings.HasPrefix(key, livePrefix) && got[key] == nil {
-			// a liveness key is gone: every write onto the lease fails
+		key := string(c.KeyBytes())
+		if !strings.HasPrefix(key, livePrefix) || got[key] != nil {
+			continue
+		}
+		if key == own { // every write onto the lease fails
 			return nil, rb.lostError()
 		}
+		return nil, rb.elsewhere(key, batch)
 	}
 	unchanged := 0
 	for _, p := range batch {
@@ -292,4 +296,20 @@ func (rb *rebinder) contention(batch []*rebindRow) (again []*rebindRow) {
 		again = append(again, p)
 	}
 	return again
+}
+
+// elsewhere is the error for rows whose node has no liveness key of the
+// lease (live, the key a Txn compared): the rows are on another node or
+// node lifecycle than the lease, and none can move onto it.
+func (rb *rebinder) elsewhere(live string, batch []*rebindRow) error {
+	s := rb.s
+	for _, p := range batch {
+		a := p.row.Alloc
+		if s.keys.Liveness(a.Descriptor, a.DescriptorLifecycleGeneration, rb.l.token) == live {
+			return authority.Invalid(fmt.Sprintf("row %s of %s generation %d is on node %s/%s lifecycle %d, the lease on %s/%s lifecycle %d; acquire the new generation on the rows' node",
+				p.key, rb.from.OwnerID, rb.from.LeaseGeneration, a.Descriptor.MeshName, a.Descriptor.RID, a.DescriptorLifecycleGeneration,
+				rb.l.node.MeshName, rb.l.node.RID, rb.l.lifecycle))
+		}
+	}
+	return authority.Invalid("rows to rebind are on another node than the lease")
 }

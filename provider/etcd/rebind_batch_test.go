@@ -164,3 +164,21 @@ func TestRebindRowsStopsWhenTheLeaseIsLostMidway(t *testing.T) {
 	require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a0")).Owner())
 	require.Equal(t, first.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a5")).Owner())
 }
+
+// A lease of the next generation on another node than the rows' cannot
+// take them (each row's write compares the new owner's liveness on the
+// row's node): RebindRows says so with ErrInvalidArgument and moves none,
+// instead of reporting the lease lost or retryable contention.
+func TestRebindRowsOntoALeaseOfAnotherNode(t *testing.T) {
+	s, fx, first, _ := rebindSetup(t, nil, etcdstore.Config{}, 3)
+	ctx := context.Background()
+	other, err := s.Registry().Acquire(ctx, conformance.NodeB, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	moved, err := other.RebindRows(ctx, first.Token())
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	require.NotErrorIs(t, err, etcdstore.ErrLeaseLost)
+	require.Contains(t, err.Error(), "node-a")
+	require.Zero(t, moved)
+	require.Equal(t, first.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a0")).Owner())
+}
