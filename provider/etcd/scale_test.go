@@ -207,7 +207,7 @@ func (ss *scaleServer) start(fsync bool) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	ss.c, err = clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-		MaxCallRecvMsgSize: 256 << 20, DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
+		MaxCallRecvMsgSize: 256 << 20, MaxCallSendMsgSize: etcdstore.RecommendedMaxRequestBytes + 1<<20, DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,9 @@ func (ss *scaleServer) stop() {
 }
 
 func (ss *scaleServer) store() *etcdstore.Store {
-	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: ss.c, Namespace: scaleNS})
+	// the store's limits are the server's, as the README configures them
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: ss.c, Namespace: scaleNS,
+		MaxTxnOps: etcdstore.RecommendedMaxTxnOps, MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes})
 	if err != nil {
 		ss.t.Fatal(err)
 	}
