@@ -140,9 +140,9 @@ func Stream(ctx context.Context, kv clientv3.KV, from, end string, rev int64, li
 // without first asking for the current revision: for a caller that needs
 // no revision to read later pages at, because it fences every key it acts
 // on by that key's own ModRevision (an owner's removal or rebind). The
-// server reads every chunk at the revision it started at; that revision is
-// only sent with the last chunk, so Page.Revision is 0 when the page was cut
-// short (More). Errors are Stream's.
+// server reads every chunk at the revision it started at, but sends that
+// revision only with the range's last chunk: Page.Revision is 0 unless the
+// stream reached the range's end. Errors are Stream's.
 func Scan(ctx context.Context, kv clientv3.KV, from, end string, limit int64, opts ...clientv3.OpOption) (Page, error) {
 	return stream(ctx, kv, from, end, 0, limit, opts)
 }
