@@ -136,14 +136,15 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 		expired, err := certs.CA.Issue(testcerts.Client, "expired", testcerts.Expired())
 		require.NoError(t, err)
 		for _, tc := range []struct {
-			name string
-			cfg  etcdstore.Config
+			name  string
+			cfg   etcdstore.Config
+			cause string // what the error must name
 		}{
-			{"ClientCertificateOfAnotherCA", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: certs.OtherClient.CertFile, KeyFile: certs.OtherClient.KeyFile}},
-			{"ExpiredClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: expired.CertFile, KeyFile: expired.KeyFile}},
-			{"NoClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile}},
-			{"WrongCA", etcdstore.Config{CAFile: certs.OtherCA.CertFile, CertFile: certs.Client.CertFile, KeyFile: certs.Client.KeyFile}},
-			{"NoTLS", etcdstore.Config{}},
+			{"ClientCertificateOfAnotherCA", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: certs.OtherClient.CertFile, KeyFile: certs.OtherClient.KeyFile}, "unknown certificate authority"},
+			{"ExpiredClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: expired.CertFile, KeyFile: expired.KeyFile}, "expired"},
+			{"NoClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile}, "certificate required"},
+			{"WrongCA", etcdstore.Config{CAFile: certs.OtherCA.CertFile, CertFile: certs.Client.CertFile, KeyFile: certs.Client.KeyFile}, "unknown authority"},
+			{"NoTLS", etcdstore.Config{}, "requires TLS"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -152,6 +153,8 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 				require.True(t, errors.Is(err, authority.ErrAccessDenied) || errors.Is(err, authority.ErrUnavailable),
 					"want ErrAccessDenied or ErrUnavailable, got %v", err)
 				require.False(t, errors.Is(err, authority.ErrOutcomeUnknown), "nothing was written: %v", err)
+				require.Contains(t, err.Error(), tc.cause)
+				require.NotContains(t, err.Error(), "deadline exceeded", "the cause, not the timeout")
 			})
 		}
 	})
