@@ -120,6 +120,15 @@ func (g *globals) connectFailure(ctx context.Context, statuses []endpointStatus,
 			return connectError(fmt.Errorf("etcd refused the credentials of user %q: %w", user, s.err))
 		}
 	}
+	// the client reports a TLS refusal as a timeout: a handshake says why
+	for _, s := range statuses {
+		if s.err == nil && s.status != nil {
+			continue
+		}
+		if perr := etcdstore.ProbeEndpoint(ctx, s.endpoint, t); perr != nil {
+			return connectError(perr)
+		}
+	}
 	if cause != nil {
 		return connectError(cause)
 	}
