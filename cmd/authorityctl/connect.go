@@ -275,7 +275,7 @@ func (g *globals) store(ctx context.Context) (*etcdstore.Store, *clientv3.Client
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace})
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, ReadOnly: !g.writes})
 	if err != nil {
 		_ = c.Close()
 		return nil, nil, nil, err

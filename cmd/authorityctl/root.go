@@ -34,6 +34,9 @@ type globals struct {
 	// sendLimit is the client's send limit the command needs (doctor's
 	// request-size probe); at least 4 MiB.
 	sendLimit int
+	// writes says the command writes to the namespace (remove-owner and
+	// prune-epochs with --yes): the store checks write permission too.
+	writes bool
 	// cmdCtx is the context commandContext made (nil before).
 	cmdCtx context.Context
 

@@ -77,7 +77,8 @@ func TestSecurityPasswordAuth(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	errOut, code = listAs(t, map[string]string{"AUTHORITYCTL_PASSWORD": "tenant-pw"}, srv.Endpoint(), "/other/", "tenant")
 	require.NotEqual(t, exitOK, code)
-	require.Contains(t, errOut, "permission denied")
+	require.Contains(t, errOut, `etcd user "tenant" lacks read permission on the namespace prefix "/other/"`)
+	require.NotContains(t, errOut, "credentials")
 }
 
 // cli2 lists ns as user (password from env).

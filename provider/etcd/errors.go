@@ -54,7 +54,9 @@ func mapError(err error, write bool) error {
 		return limitError(flagMaxTxnOps, "the transaction", err)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return limitError(flagMaxRequestBytes, "the request", err)
-	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return authority.Wrap(authority.ErrAccessDenied, "etcd denied the permission: the user's role does not cover the key", err)
+	case errors.Is(err, rpctypes.ErrAuthFailed),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty),
 		errors.Is(err, rpctypes.ErrAuthOldRevision), errors.Is(err, rpctypes.ErrUserNotFound):
 		return authority.Wrap(authority.ErrAccessDenied, "etcd refused the credentials", err)

@@ -200,9 +200,9 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 		cfg.Namespace = "/tenant-cn/a/"
 		workload(t, mustDial(t, srv, cfg))
 		cfg.Namespace = "/tenant-other/"
-		s := mustDial(t, srv, cfg)
-		_, err = s.ReadAuthority(ctx, "actor/x")
+		_, err = dialStore(t, srv, cfg, dialWithin)
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Contains(t, err.Error(), `the etcd user of the client certificate (its common name) lacks read permission on the namespace prefix "/tenant-other/"`)
 	})
 }
 
@@ -260,11 +260,35 @@ func TestSecurityPasswordAuth(t *testing.T) {
 		workload(t, mustDial(t, srv.Server, etcdstore.Config{Username: "tenant-a", Password: "tenant-a-password", Namespace: "/tenant-a/ns-1/"}))
 	})
 
-	// A user of another prefix is refused every read and write, and writes
-	// nothing.
+	// New names the user, the permission it lacks and the prefix when the
+	// role does not cover the namespace, and writes nothing.
+	t.Run("NewChecksTheNamespaceAccess", func(t *testing.T) {
+		const ns = "/tenant-a/ns-3/"
+		_, err := dialStore(t, srv.Server, etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns}, dialWithin)
+		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Contains(t, err.Error(), `etcd user "tenant-b" lacks read permission on the namespace prefix "/tenant-a/ns-3/"`)
+		// a role that may only read the namespace
+		_, err = srv.root.RoleAdd(ctx, "reader")
+		require.NoError(t, err)
+		_, err = srv.root.RoleGrantPermission(ctx, "reader", "/tenant-a/", clientv3.GetPrefixRangeEnd("/tenant-a/"), clientv3.PermissionType(clientv3.PermRead))
+		require.NoError(t, err)
+		_, err = srv.root.UserAdd(ctx, "reader", "reader-password")
+		require.NoError(t, err)
+		_, err = srv.root.UserGrantRole(ctx, "reader", "reader")
+		require.NoError(t, err)
+		_, err = dialStore(t, srv.Server, etcdstore.Config{Username: "reader", Password: "reader-password", Namespace: ns}, dialWithin)
+		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Contains(t, err.Error(), `etcd user "reader" lacks readwrite permission on the namespace prefix "/tenant-a/ns-3/"`)
+		resp, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		require.NoError(t, err)
+		require.Zero(t, resp.Count, "nothing written in the namespace")
+	})
+
+	// A user of another prefix (New's check skipped) is refused every read
+	// and write, and writes nothing.
 	t.Run("OtherPrefixRoleDenied", func(t *testing.T) {
 		const ns = "/tenant-a/ns-2/"
-		s := mustDial(t, srv.Server, etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns})
+		s := mustDial(t, srv.Server, etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns, SkipVersionCheck: true})
 		leasesBefore := leaseIDs(t, srv.root)
 		fx := conformance.Fixture{T: t, H: harnessFor(s, authority.NewManualClock(testEpoch))}
 		key := fx.Key(authority.ObjectActor, "a1")

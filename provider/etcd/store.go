@@ -90,7 +90,14 @@ type Config struct {
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
-	// SkipVersionCheck skips the server version check of New.
+	// ReadOnly says the caller only reads (an inspection tool): New checks
+	// only that the etcd user may read the namespace. Writes are still sent.
+	ReadOnly bool
+
+	// SkipVersionCheck skips the checks New makes of the server: its version
+	// (ServerWarning), and that the client's etcd user may read and write
+	// the namespace (else New fails with ErrAccessDenied naming the user,
+	// the permission and the prefix).
 	SkipVersionCheck bool
 
 	// Registerer receives the store's Prometheus metrics (nil: none; two
@@ -219,6 +226,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if !cfg.SkipVersionCheck {
 		if err := s.checkServer(ctx); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		if err := s.checkAccess(ctx, !cfg.ReadOnly); err != nil {
 			_ = s.Close()
 			return nil, err
 		}
