@@ -17,7 +17,7 @@ type Dialect string
 
 // The dialects a Guard supports.
 const (
-	// PostgreSQL is PostgreSQL 9.5 or later through any database/sql driver
+	// PostgreSQL is PostgreSQL 9.6 or later (ADD COLUMN IF NOT EXISTS) through any database/sql driver
 	// (tested with github.com/jackc/pgx/v5/stdlib).
 	PostgreSQL Dialect = "postgresql"
 )
