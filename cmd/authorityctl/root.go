@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -184,6 +185,16 @@ func exactArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+// rangeArgs is cobra.RangeArgs reporting a usage error.
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.RangeArgs(lo, hi)(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
 // maxArgs is cobra.MaximumNArgs reporting a usage error.
 func maxArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
@@ -192,6 +203,24 @@ func maxArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// unknownCommand finds the name in cobra's "unknown command" error.
+var unknownCommand = regexp.MustCompile(`^unknown command "([^"]*)"`)
+
+// suggest adds the commands a mistyped one may have meant (a prefix, or a
+// name within two edits: "prune" → prune-epochs) to cobra's error, which
+// gives none when the root command takes no arguments.
+func suggest(root *cobra.Command, err error) error {
+	m := unknownCommand.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	root.SuggestionsMinimumDistance = 2
+	if s := root.SuggestionsFor(m[1]); len(s) > 0 {
+		return fmt.Errorf("%w; did you mean %s?", err, strings.Join(s, " or "))
+	}
+	return err
 }
 
 // run executes the command line args and returns the exit code, printing
@@ -207,7 +236,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return exitOK
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") {
-		err = usageError(err)
+		err = usageError(suggest(root, err))
 	}
 	code := exitCode(err)
 	switch {

@@ -22,17 +22,13 @@ var errNotFound = errors.New("not found")
 
 func newGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "get KIND ID",
-		Short: "Show one authority row (KIND: actor, user_spot, instance_spot)",
-		Args:  exactArgs(2),
+		Use:   "get KIND ID | get KIND/ID",
+		Short: "Show one authority row (KIND: actor, user_spot, instance_spot; KIND/ID as list prints keys)",
+		Args:  rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := parseKind(args[0])
+			kind, id, key, err := rowKeyOf(args)
 			if err != nil {
 				return err
-			}
-			key, err := authority.EncodeKey(kind, args[1])
-			if err != nil {
-				return usageError(err)
 			}
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
 				r, err := s.ReadAuthority(ctx, key)
@@ -40,13 +36,39 @@ func newGetCommand(g *globals) *cobra.Command {
 					return err
 				}
 				if r.Kind != authority.KindSnapshot {
-					return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
+					return fmt.Errorf("%s %q: %w", kind, id, errNotFound)
 				}
 				v := viewRow(key, r.Snapshot)
 				return render(g.stdout, g.output, v, addRows(rowTable(), []rowView{v}, (*table).addRow))
 			})
 		},
 	}
+}
+
+// rowKeyOf resolves get's arguments: KIND ID, or one key KIND/ID as list
+// prints it (its ID path-escaped as in the store's keys).
+func rowKeyOf(args []string) (authority.ObjectKind, string, authority.Key, error) {
+	kindArg, id := "", ""
+	if len(args) == 2 {
+		kindArg, id = args[0], args[1]
+	} else {
+		if ok, err := authority.DecodeKey(authority.Key(args[0])); err == nil {
+			return ok.Kind, ok.GlobalID, authority.Key(args[0]), nil
+		}
+		var found bool
+		if kindArg, id, found = strings.Cut(args[0], "/"); !found {
+			return "", "", "", usageError(fmt.Errorf("get takes KIND ID or KIND/ID (as list prints keys), got %q", args[0]))
+		}
+	}
+	kind, err := parseKind(kindArg)
+	if err != nil {
+		return "", "", "", err
+	}
+	key, err := authority.EncodeKey(kind, id)
+	if err != nil {
+		return "", "", "", usageError(err)
+	}
+	return kind, id, key, nil
 }
 
 // listView is the JSON/YAML form of list.
@@ -210,8 +232,8 @@ func writeEvent(g *globals, v eventView) error {
 	}
 	detail := "-"
 	if v.Row != nil {
-		detail = fmt.Sprintf("%s owner=%s/%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
-			v.Row.OwnerLeaseGeneration, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
+		detail = fmt.Sprintf("%s owner=%s/%d token=%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
+			v.Row.OwnerLeaseGeneration, v.Row.OwnershipToken, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
 			v.Row.StoreVersion, v.Row.Payload.String())
 	}
 	_, err := fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, v.Key, detail)
