@@ -38,6 +38,9 @@ type globals struct {
 	// writes says the command writes to the namespace (remove-owner and
 	// prune-epochs with --yes): the store checks write permission too.
 	writes bool
+	// skipped counts the undecodable keys a listing left out
+	// (skipUndecodable).
+	skipped int
 	// cmdCtx is the context commandContext made (nil before).
 	cmdCtx context.Context
 
@@ -205,6 +208,17 @@ func maxArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+// skipUndecodable names a key a listing cannot decode on stderr and leaves
+// it out: the listing shows every decodable entry, and the command then
+// fails (errUndecodable).
+func (g *globals) skipUndecodable(err error) {
+	g.skipped++
+	fmt.Fprintf(g.stderr, "warning: skipped: %v\n", err)
+}
+
+// errUndecodable is the failure of a command that left undecodable keys out.
+var errUndecodable = errors.New("undecodable keys were left out (named above); the other entries are shown; authorityctl doctor lists every such key")
+
 // unknownCommand finds the name in cobra's "unknown command" error.
 var unknownCommand = regexp.MustCompile(`^unknown command "([^"]*)"`)
 
@@ -232,6 +246,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil && g.skipped > 0 {
+		err = fmt.Errorf("%d %w", g.skipped, errUndecodable)
+	}
 	if err == nil {
 		return exitOK
 	}

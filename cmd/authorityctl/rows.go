@@ -95,11 +95,19 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				out := listView{Items: []rowView{}}
 				var cursor authority.ScanCursor
 				for {
 					page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
+					if errors.Is(err, authority.ErrCorrupt) {
+						// the store's listing stops at a row it cannot
+						// decode: list every decodable one, naming the others
+						if out, err = listDecodable(ctx, g, c, prefix, limit, all); err != nil {
+							return err
+						}
+						break
+					}
 					if err != nil {
 						return err
 					}
@@ -126,6 +134,25 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 	cmd.Flags().IntVar(&limit, "limit", 500, fmt.Sprintf("rows per page (1..%d)", authority.MaxScanLimit))
 	cmd.Flags().BoolVar(&all, "all", false, "page through every row")
 	return cmd
+}
+
+// listDecodable lists the rows under prefix at one revision (the first
+// limit unless all), leaving out and naming on stderr each key that does not
+// decode.
+func listDecodable(ctx context.Context, g *globals, c *clientv3.Client, prefix string, limit int, all bool) (listView, error) {
+	q := entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryRow) + prefix, undecodable: g.skipUndecodable}
+	rows, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
+		return viewRow(le.entry.Key, le.entry.Snapshot), true, nil
+	})
+	if err != nil {
+		return listView{}, err
+	}
+	out := listView{Items: rows}
+	if !all && len(rows) > limit {
+		out.Items, out.More = rows[:limit], true
+		fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
+	}
+	return out, nil
 }
 
 // eventView is one watched row change.
@@ -192,6 +219,8 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 					} else if e, err := schema.DecodeEntry(g.namespace, ev.Kv); err == nil {
 						rv := viewRow(e.Key, e.Snapshot)
 						v.Row = &rv
+					} else {
+						fmt.Fprintf(g.stderr, "warning: %v\n", err)
 					}
 					if err := writeEvent(g, v); err != nil {
 						return err
