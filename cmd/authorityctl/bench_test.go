@@ -150,7 +150,7 @@ func TestBenchInterruptedCleansUp(t *testing.T) {
 	}()
 	_, errOut, code := cliBounded(t, ctx, time.Minute, on(ns, "bench", "--workload", "reserve-commit", "--clients", "4",
 		"--duration", "10m", "--rows", "10")...)
-	require.Equal(t, exitFailure, code, errOut)
+	require.Equal(t, exitInterrupted, code, errOut)
 	require.Contains(t, errOut, "stopped by a signal")
 	requireNothingLeft(t, ns, before)
 }

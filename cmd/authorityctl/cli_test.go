@@ -184,6 +184,8 @@ func TestErrors(t *testing.T) {
 		{"unknown command", nil, []string{"frobnicate"}, exitUsage, []string{"unknown command", "Usage:"}},
 		{"unknown command with a suggestion", nil, []string{"prune"}, exitUsage, []string{`unknown command "prune"`, "did you mean prune-epochs?"}},
 		{"no command", nil, nil, exitUsage, []string{"a command is required"}},
+		{"demo --listen not an address", nil, []string{"demo", "--listen", "notanaddr"}, exitUsage, []string{`--listen "notanaddr" is not host:port`, "Usage:"}},
+		{"demo --metrics-addr not an address", nil, []string{"demo", "--metrics-addr", "host:port"}, exitUsage, []string{"--metrics-addr"}},
 		{"bad output", nil, []string{"-o", "xml", "list"}, exitUsage, []string{"xml", "table, wide, json, yaml"}},
 		{"bad namespace", nil, []string{"--namespace", "/x", "list"}, exitUsage, []string{"must end in"}},
 		{"missing row", nil, on(goldenNS, "get", "user_spot", "nope"), exitFailure, []string{"not found"}},
@@ -503,8 +505,10 @@ func TestDemoServe(t *testing.T) {
 	var owners itemsView[ownerView]
 	require.NoError(t, json.Unmarshal([]byte(out), &owners))
 	require.Len(t, owners.Items, 2, "the owner leases stay live while serving")
+	out, errOut, code = cli(t, nil, "--endpoints", endpoint, "--namespace", "/served/", "doctor")
+	require.Equal(t, exitOK, code, "doctor passes against the demo's server (production limits):\n%s%s", out, errOut)
 	cancel()
-	require.Equal(t, 0, <-done)
+	require.Equal(t, exitInterrupted, <-done)
 }
 
 func TestAge(t *testing.T) {
@@ -560,6 +564,17 @@ func TestWatchLive(t *testing.T) {
 	out := <-done
 	require.Regexp(t, fmt.Sprintf(`%d\s+PUT\s+actor/raw\s+-`, from), out)
 	require.Regexp(t, fmt.Sprintf(`%d\s+DELETE\s+actor/raw`, from+1), out)
+}
+
+// TestDemoBadDataDir: a data directory etcd cannot create is one error line
+// naming it, not the embedded server's JSON log.
+func TestDemoBadDataDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, errOut, code := cli(t, nil, "demo", "--data-dir", filepath.Join(file, "etcd"))
+	require.Equal(t, exitFailure, code, errOut)
+	require.Contains(t, errOut, "a-file/etcd")
+	require.NotContains(t, errOut, `{"level"`)
 }
 
 func TestDemoReusedDataDir(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -278,6 +279,9 @@ func (g *globals) store(ctx context.Context) (*etcdstore.Store, *clientv3.Client
 	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, ReadOnly: !g.writes})
 	if err != nil {
 		_ = c.Close()
+		if errors.Is(err, authority.ErrAccessDenied) {
+			err = connectError(err) // the user's role does not cover the namespace
+		}
 		return nil, nil, nil, err
 	}
 	return s, c, func() { _ = s.Close(); _ = c.Close() }, nil

@@ -62,7 +62,8 @@ Exit codes:
   0  success
   1  the command failed (a missing row, a failed doctor check, a store error)
   2  usage error (bad flag, bad argument, unknown kind or command)
-  3  cannot connect (unreachable endpoint, TLS files, credentials)`
+  3  cannot connect (unreachable endpoint, TLS files, credentials)
+  130  stopped by Ctrl-C or SIGTERM (every command)`
 
 // newRootCommand builds the command tree writing to stdout and stderr and
 // reading environment variables through env.
@@ -246,6 +247,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	if ctx.Err() != nil && exitCode(err) != exitUsage {
+		// stopped by the user: the same code for every command, whether it
+		// was cut short or (watch, top, demo --serve) ran until stopped
+		if err != nil {
+			fmt.Fprintf(stderr, "Error: stopped by a signal before finishing (%v)\n", err)
+		}
+		return exitInterrupted
+	}
 	if err == nil && g.skipped > 0 {
 		err = fmt.Errorf("%d %w", g.skipped, errUndecodable)
 	}
@@ -258,8 +267,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	code := exitCode(err)
 	switch {
 	case code == exitUsage:
-	case ctx.Err() != nil:
-		err = fmt.Errorf("stopped by a signal before finishing (%v)", err)
 	case g.timedOut() && !strings.Contains(err.Error(), "--command-timeout"):
 		err = fmt.Errorf("%w (--command-timeout %s ran out; raise it)", err, g.commandTimeout)
 	}

@@ -76,7 +76,7 @@ func TestSecurityPasswordAuth(t *testing.T) {
 	errOut, code = listAs(t, map[string]string{"AUTHORITYCTL_PASSWORD": "tenant-pw"}, srv.Endpoint(), "/tenant/ns/", "tenant")
 	require.Equal(t, exitOK, code, errOut)
 	errOut, code = listAs(t, map[string]string{"AUTHORITYCTL_PASSWORD": "tenant-pw"}, srv.Endpoint(), "/other/", "tenant")
-	require.NotEqual(t, exitOK, code)
+	require.Equal(t, exitConnect, code)
 	require.Contains(t, errOut, `etcd user "tenant" lacks read permission on the namespace prefix "/other/"`)
 	require.NotContains(t, errOut, "credentials")
 }

@@ -58,7 +58,7 @@ func TestDemoMetricsAndTop(t *testing.T) {
 	require.Contains(t, table, "OPERATION")
 	require.Contains(t, table, "owner leases held")
 	cancel()
-	require.Equal(t, 0, <-done)
+	require.Equal(t, exitInterrupted, <-done)
 }
 
 func TestTopRates(t *testing.T) {
