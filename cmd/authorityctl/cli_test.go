@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -603,4 +604,15 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	for _, s := range []string{"Exit codes:", "2  usage error", "3  cannot connect", "AUTHORITYCTL_PASSWORD"} {
 		require.Contains(t, out, s)
 	}
+}
+
+func TestVersionOutput(t *testing.T) {
+	out, _, code := cli(t, nil, "--version", "-o", "json")
+	require.Equal(t, exitOK, code)
+	var v versionView
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, runtime.Version(), v.Go)
+	out, _, code = cli(t, nil, "--version")
+	require.Equal(t, exitOK, code)
+	require.True(t, strings.HasPrefix(out, "authorityctl "), out)
 }

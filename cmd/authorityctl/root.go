@@ -92,7 +92,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetVersionTemplate("{{.Version}}")
+	root.SetVersionTemplate("{{versionOutput .}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
