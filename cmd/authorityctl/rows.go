@@ -13,7 +13,6 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -185,56 +184,7 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 			if len(args) == 1 {
 				prefix += args[0]
 			}
-			ctx := cmd.Context()
-			c, _, err := g.dial(ctx, false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			opts := []clientv3.OpOption{clientv3.WithPrefix()}
-			if rev > 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			wctx, stop := context.WithCancel(ctx)
-			defer stop()
-			if g.output == outputTable || g.output == outputWide {
-				fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
-			}
-			seen := 0
-			for wr := range c.Watch(clientv3.WithRequireLeader(wctx), prefix, opts...) {
-				if ctx.Err() != nil {
-					return nil // the user stopped it
-				}
-				if err := wr.Err(); err != nil {
-					if errors.Is(err, rpctypes.ErrCompacted) {
-						return fmt.Errorf("watch: --rev %d is compacted (the oldest revision etcd still holds is %d): %w", rev, wr.CompactRevision, err)
-					}
-					return fmt.Errorf("watch: %w", err)
-				}
-				for _, ev := range wr.Events {
-					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT",
-						Key: strings.TrimPrefix(string(ev.Kv.Key), schema.Prefix(g.namespace, schema.EntryRow))}
-					if ev.Type == clientv3.EventTypeDelete {
-						v.Type = "DELETE"
-					} else if e, err := schema.DecodeEntry(g.namespace, ev.Kv); err == nil {
-						rv := viewRow(e.Key, e.Snapshot)
-						v.Row = &rv
-					} else {
-						fmt.Fprintf(g.stderr, "warning: %v\n", err)
-					}
-					if err := writeEvent(g, v); err != nil {
-						return err
-					}
-					seen++
-					if count > 0 && seen >= count {
-						return nil
-					}
-				}
-			}
-			if ctx.Err() != nil {
-				return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
-			}
-			return errors.New("watch: the watch ended without an error (the client closed)")
+			return runWatch(cmd.Context(), g, prefix, rev, count)
 		},
 	}
 	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now; 1: the whole history etcd still holds)")
