@@ -45,7 +45,6 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 			if yes == dryRun {
 				return usageError(errors.New("prune-epochs writes: pass exactly one of --yes or --dry-run"))
 			}
-			g.writes = yes
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				if yes {
 					return pruneEpochs(ctx, g, s, c)

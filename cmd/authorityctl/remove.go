@@ -49,7 +49,6 @@ lease is still live is refused unless --force is given.`,
 			if err := authority.ValidateOwner(owner); err != nil {
 				return usageError(err)
 			}
-			g.writes = yes
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				lr, err := c.Get(ctx, schema.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
 				if err != nil {

@@ -35,9 +35,6 @@ type globals struct {
 	// sendLimit is the client's send limit the command needs (doctor's
 	// request-size probe); at least 4 MiB.
 	sendLimit int
-	// writes says the command writes to the namespace (remove-owner and
-	// prune-epochs with --yes): the store checks write permission too.
-	writes bool
 	// skipped counts the undecodable keys a listing left out
 	// (skipUndecodable).
 	skipped int
@@ -111,7 +108,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 		newOwnersCommand(g), newCapacityCommand(g),
 		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
 		newDoctorCommand(g), newRemoveOwnerCommand(g), newPruneEpochsCommand(g), newDemoCommand(g),
-		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g),
+		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g), newUpgradeCommand(g),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })

@@ -12,16 +12,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// checkAccess makes sure the client's etcd user may read (with write: and
-// write) the namespace, so that a role that does not cover it is named at New rather
-// than at the first operation. The read is a keys-only Get of one key under
-// the namespace; the write is a Txn whose compare can never hold (a version
-// below zero) with a put of the namespace key in its then-branch (harmless
-// were it ever applied):
-// etcd checks the permissions of both branches before it evaluates the
-// compare, and writes nothing. A server without the KV service (a test
+// checkAccess makes sure the client's etcd user may read and write the
+// namespace (every store writes: it announces itself), so that a role that
+// does not cover it is named at New rather than at the first operation. The
+// read is a keys-only Get of one key under the namespace; the write is a Txn
+// whose compare can never hold (a version below zero) with a put of the
+// namespace key in its then-branch (harmless were it ever applied): etcd
+// checks the permissions of both branches before it evaluates the compare,
+// and writes nothing. A server without the KV service (a test
 // double answering only Status) is not checked.
-func (s *Store) checkAccess(ctx context.Context, write bool) error {
+func (s *Store) checkAccess(ctx context.Context) error {
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	if _, has := ctx.Deadline(); !has {
@@ -31,7 +31,7 @@ func (s *Store) checkAccess(ctx context.Context, write bool) error {
 	}
 	ns := s.keys.Namespace()
 	_, err := s.client.KV.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
-	if err != nil || !write {
+	if err != nil {
 		return s.accessError(err, "read")
 	}
 	_, err = s.client.KV.Txn(ctx).
@@ -47,7 +47,7 @@ func (s *Store) checkAccess(ctx context.Context, write bool) error {
 // accessError names the user and the permission it lacks when err is etcd's
 // permission denied; other errors are mapped as a read's.
 func (s *Store) accessError(err error, permission string) error {
-	if err == nil || status.Code(err) == codes.Unimplemented {
+	if status.Code(err) == codes.Unimplemented {
 		return nil
 	}
 	if !errors.Is(err, rpctypes.ErrPermissionDenied) {

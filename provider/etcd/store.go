@@ -90,15 +90,19 @@ type Config struct {
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
-	// ReadOnly says the caller only reads (an inspection tool): New checks
-	// only that the etcd user may read the namespace. Writes are still sent.
-	ReadOnly bool
-
-	// SkipVersionCheck skips the checks New makes of the server: its version
-	// (ServerWarning), and that the client's etcd user may read and write
-	// the namespace (else New fails with ErrAccessDenied naming the user,
-	// the permission and the prefix).
+	// SkipVersionCheck skips the checks New makes of the server: its
+	// version (ServerWarning), and that the client's etcd user may read and
+	// write the namespace (else New fails with ErrAccessDenied naming the
+	// user, the permission and the prefix). Not the store version check:
+	// see storeversion.
 	SkipVersionCheck bool
+
+	// Role is what the process announces itself as under the namespace
+	// (default "store"; authorityctl announces "authorityctl").
+	Role string
+	// Build names the running build in the announcement (default: the
+	// binary's module version or VCS revision).
+	Build string
 
 	// Registerer receives the store's Prometheus metrics (nil: none; two
 	// stores on one Registerer share them).
@@ -155,6 +159,9 @@ type Store struct {
 	endLife context.CancelFunc
 	// serverWarning is ServerVersionWarning of the server New checked.
 	serverWarning string
+	// version is the namespace's store version and this process's
+	// announcement (announce.go).
+	version versionGate
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -229,10 +236,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			_ = s.Close()
 			return nil, err
 		}
-		if err := s.checkAccess(ctx, !cfg.ReadOnly); err != nil {
+		if err := s.checkAccess(ctx); err != nil {
 			_ = s.Close()
 			return nil, err
 		}
+	}
+	if err := s.startVersion(ctx, cfg); err != nil {
+		_ = s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -329,6 +340,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.closeVersion(ctx)
 	for _, id := range marks {
 		_, _ = s.client.Revoke(ctx, id)
 	}
@@ -381,6 +393,9 @@ func (s *Store) revokeDetached(ctx context.Context, id clientv3.LeaseID) {
 func (s *Store) begin(ctx context.Context) error {
 	if s.closed.Load() {
 		return authority.ErrClosed
+	}
+	if err := s.versionSkew(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
