@@ -434,10 +434,9 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 	}
 	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
 	tokens := map[authority.Key]int64{}
-	for _, n := range next {
-		moved := n.Token == 0
+	for i, n := range next {
 		n.Written(tresp.Header.Revision)
-		if moved {
+		if rec.Request.Participants[i].OwnerTransition == authority.TransitionNewOwner {
 			tokens[n.Key] = n.Token
 		}
 		s.remember(n)
@@ -539,7 +538,10 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
 	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.OwnerGen, n.Token = 0, 0 // a new owner: resolved to this write's revision
+	n.OwnerGen = 0 // resolved to this write's revision
+	if r.Owner != req.TargetOwner {
+		n.Token = 0 // a new owner or owner lease: this write's revision
+	} // else the row's owner already: it keeps its token
 	t.put(rowKey, n.Encode())
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.del(oldCap)
