@@ -141,6 +141,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
+	held   heldLeases                  // owner leases Close revokes
 	closed atomic.Bool
 	// life ends when the store is closed: waits that outlive one request
 	// (WaitForChange, owner lease keep-alives) end with it.
@@ -300,8 +301,9 @@ func checkServerVersion(endpoint, version string) error {
 	return nil
 }
 
-// Close releases the store's leases for MarkLive and closes the client when
-// the store dialled it. Rows and records stay.
+// Close releases the store's leases for MarkLive, stops and revokes every
+// owner lease it still holds (each one's Done closes before its revoke) and
+// closes the client when the store dialled it. Rows and records stay.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -318,6 +320,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.held.close(ctx, s.client) // before the client closes: OwnerLease.Close promises a revoke
 	for _, id := range marks {
 		_, _ = s.client.Revoke(ctx, id)
 	}
