@@ -111,11 +111,11 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		}
 		first := granting.Add(time.Duration(grant.TTL) * time.Second)
 		l.deadline.Store(&first)
+		s.obs.Metrics().LeaseDeadline(int64(grant.ID), first) // held once Acquire returns
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			defer close(l.done)
-			s.obs.Metrics().LeaseDeadline(int64(grant.ID), first)
 			l.keepAlive(kctx, time.Duration(grant.TTL)*time.Second)
 			l.ended(kctx.Err() == nil)
 		}()

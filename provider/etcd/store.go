@@ -321,6 +321,7 @@ func (s *Store) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.held.close(ctx, s.client) // before the client closes: OwnerLease.Close promises a revoke
+	s.obs.Metrics().Close()     // its leases no longer count in the shared gauges
 	for _, id := range marks {
 		_, _ = s.client.Revoke(ctx, id)
 	}
