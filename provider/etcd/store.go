@@ -62,7 +62,9 @@ type Config struct {
 	// Namespace prefixes every key; it must end in "/" (default
 	// DefaultNamespace).
 	Namespace string
-	// Clock is the store's clock (default the wall clock).
+	// Clock is the store's clock (default the wall clock). The store reads
+	// it through an authority.MonotonicClock: when it steps back, expiry
+	// does not (docs/deviations.md C18).
 	Clock authority.Clock
 	// CapacityPolicy is the placement capacity policy (nil: every placement
 	// fits). SetCapacityPolicy replaces it.
@@ -182,11 +184,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// its records live on leases, which would end before it
 		return nil, authority.Invalid("etcd reservation retention must not exceed 365 days.")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = authority.SystemClock{}
-	}
 	s := &Store{
-		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: cfg.Clock, claims: cfg.IdentityClaims,
+		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: authority.NewMonotonicClock(cfg.Clock), claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
