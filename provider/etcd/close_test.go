@@ -11,6 +11,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Store.Close ends the keep-alive of every owner lease of the store, on a
@@ -77,14 +78,18 @@ func TestCloseEndsWaitForChange(t *testing.T) {
 // without error. Before, Close failed on the closed client at every call
 // and the key stayed until the TTL ran out.
 func TestOwnerLeaseCloseAfterStoreCloseOnItsOwnClient(t *testing.T) {
+	ns := etcdtest.Namespace()
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{
 		Endpoints: server.Endpoints(),
 		CAFile:    os.Getenv(etcdtest.EnvCACert), CertFile: os.Getenv(etcdtest.EnvCert), KeyFile: os.Getenv(etcdtest.EnvKey),
 		Username: os.Getenv(etcdtest.EnvUser), Password: os.Getenv(etcdtest.EnvPassword),
-		Namespace: etcdtest.Namespace(),
+		Namespace: ns,
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		_ = s.Close()
+		_, _ = shared.Delete(context.Background(), ns, clientv3.WithPrefix())
+	})
 	ctx := context.Background()
 	l, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "closing-own", time.Minute)
 	require.NoError(t, err)
