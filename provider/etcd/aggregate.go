@@ -10,6 +10,7 @@ import (
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -538,10 +539,13 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
 	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.OwnerGen = 0 // resolved to this write's revision
-	if r.Owner != req.TargetOwner {
-		n.Token = 0 // a new owner or owner lease: this write's revision
-	} // else the row's owner already: it keeps its token
+	n.OwnerGen = 0 // every newOwner transition (as the seed's ++ownerGeneration): this write's revision
+	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
+		// a new owner or owner lease (or, before TokenFollowsOwner, any
+		// newOwner transition): this write's revision; else the row's
+		// owner already: it keeps its token
+		n.Token = 0
+	}
 	t.put(rowKey, n.Encode())
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.del(oldCap)

@@ -46,7 +46,10 @@ func TestCloseEndsWaitForChange(t *testing.T) {
 			Namespace: etcdtest.Namespace(),
 		})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
+		t.Cleanup(func() {
+			_ = s.Close()
+			_, _ = shared.Delete(context.Background(), s.Namespace(), clientv3.WithPrefix())
+		})
 		return s
 	}
 	callers := func(t *testing.T) *etcdstore.Store { return newStore(t, nil, etcdstore.Config{}) }
