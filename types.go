@@ -164,7 +164,8 @@ type Snapshot struct {
 	//   - it stays equal across every other write (commit, completion,
 	//     compare-exchange puts and restores, an aggregate's preserve
 	//     transition, and its newOwner transition to the row's current owner:
-	//     same owner ID and lease generation).
+	//     same owner ID and lease generation; on etcd from store version
+	//     TokenFollowsOwner on).
 	// Tokens of different keys are unrelated. AuthorityOwnerGeneration
 	// cannot serve: a rebind to a new lease does not change it.
 	OwnershipToken int64
