@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -63,4 +64,26 @@ func (r *exerciseRun) report() (exercised bool, ran time.Duration) {
 		return true, time.Duration(took)
 	}
 	return false, time.Since(r.start)
+}
+
+// TestKeepGoing: a run lasts its planned time, then until its scenario was
+// exercised; one whose scenario never happens ends at the bound, not
+// exercised.
+func TestKeepGoing(t *testing.T) {
+	const planned = 100 * time.Millisecond
+	var checks atomic.Int64
+	r := keepGoing(planned, func() bool { return checks.Add(1) >= 4 })
+	<-r.ctx.Done()
+	r.stop()
+	ok, ran := r.report()
+	if !ok || ran < planned || checks.Load() != 4 {
+		t.Errorf("exercised=%v after %v and %d checks; want it to keep going past %v until the 4th check", ok, ran, checks.Load(), planned)
+	}
+
+	never := keepGoing(planned, func() bool { return false })
+	<-never.ctx.Done()
+	never.stop()
+	if ok, ran := never.report(); ok || ran < exerciseBound*planned {
+		t.Errorf("exercised=%v after %v; want the run to end at the bound %v, not exercised", ok, ran, exerciseBound*planned)
+	}
 }
