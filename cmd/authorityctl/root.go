@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // envPrefix prefixes the environment variable of every global flag
@@ -143,11 +144,16 @@ func (g *globals) prepare(cmd *cobra.Command) error {
 	if !slices.Contains(outputFormats, g.output) {
 		return usageError(fmt.Errorf("unknown output format %q (want one of %s)", g.output, strings.Join(outputFormats, ", ")))
 	}
-	if !strings.HasSuffix(g.namespace, "/") {
-		return usageError(fmt.Errorf("--namespace %q must end in \"/\"", g.namespace))
+	if err := schema.ValidateNamespace(g.namespace); err != nil {
+		return usageError(fmt.Errorf("--namespace: %w", err))
 	}
 	if len(g.endpoints) == 0 {
 		return usageError(errors.New("--endpoints is empty"))
+	}
+	for i, ep := range g.endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return usageError(fmt.Errorf("--endpoints %q: element %d of %d is empty", strings.Join(g.endpoints, ","), i+1, len(g.endpoints)))
+		}
 	}
 	if err := durationRange("--dial-timeout", g.dialTimeout, minTimeout, maxDialTimeout); err != nil {
 		return err

@@ -94,6 +94,9 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
+			if err := authority.ValidateScanPrefix(prefix); err != nil {
+				return usageError(fmt.Errorf("PREFIX %q: %w", prefix, err))
+			}
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				out := listView{Items: []rowView{}}
 				var cursor authority.ScanCursor

@@ -435,10 +435,9 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 	}
 	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
 	tokens := map[authority.Key]int64{}
-	for _, n := range next {
-		moved := n.Token == 0
+	for i, n := range next {
 		n.Written(tresp.Header.Revision)
-		if moved {
+		if rec.Request.Participants[i].OwnerTransition == authority.TransitionNewOwner {
 			tokens[n.Key] = n.Token
 		}
 		s.remember(n)
@@ -540,10 +539,11 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
 	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.OwnerGen = 0 // a new-owner transition: resolved to this write's revision
+	n.OwnerGen = 0 // every newOwner transition (as the seed's ++ownerGeneration): this write's revision
 	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
-		// a new owner (or, before TokenFollowsOwner, any new-owner
-		// transition) takes a new token too
+		// a new owner or owner lease (or, before TokenFollowsOwner, any
+		// newOwner transition): this write's revision; else the row's
+		// owner already: it keeps its token
 		n.Token = 0
 	}
 	t.put(rowKey, n.Encode())

@@ -74,3 +74,40 @@ func TestCloseEndsWaitForChange(t *testing.T) {
 		})
 	}
 }
+
+// Store.Close revokes the owner leases it still holds before it closes the
+// client it dialled, so OwnerLease.Close after Store.Close keeps its promise:
+// the liveness key is gone at once (not after the TTL) and Close answers
+// without error. Before, Close failed on the closed client at every call
+// and the key stayed until the TTL ran out.
+func TestOwnerLeaseCloseAfterStoreCloseOnItsOwnClient(t *testing.T) {
+	ns := etcdtest.Namespace()
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{
+		Endpoints: server.Endpoints(),
+		CAFile:    os.Getenv(etcdtest.EnvCACert), CertFile: os.Getenv(etcdtest.EnvCert), KeyFile: os.Getenv(etcdtest.EnvKey),
+		Username: os.Getenv(etcdtest.EnvUser), Password: os.Getenv(etcdtest.EnvPassword),
+		Namespace: ns,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = s.Close()
+		_, _ = shared.Delete(context.Background(), ns, clientv3.WithPrefix())
+	})
+	ctx := context.Background()
+	l, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "closing-own", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Store.Close returned before the lease's Done closed")
+	}
+	ttl, err := shared.TimeToLive(ctx, etcdstore.LeaseIDOf(l))
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), ttl.TTL, "Store.Close did not revoke the owner lease")
+	for range 2 { // each call keeps the promise
+		require.NoError(t, l.Close(ctx))
+	}
+	_, err = s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "after-close", time.Minute)
+	require.ErrorIs(t, err, authority.ErrClosed)
+}

@@ -42,7 +42,9 @@ type Config struct {
 	// IdentityClaims says which keys are claimed elsewhere; nil means no key is
 	// claimed. SetIdentityClaims replaces it later.
 	IdentityClaims authority.IdentityClaims
-	// Clock is the store's clock; nil means authority.SystemClock.
+	// Clock is the store's clock; nil means authority.SystemClock. The store
+	// reads it through an authority.MonotonicClock: when it steps back,
+	// expiry does not (docs/deviations.md C18).
 	Clock authority.Clock
 	// ReservationRetention is how long a reservation terminal (the record that makes a
 	// re-commit report alreadyCommitted and a re-abort alreadyAborted) and a
@@ -141,9 +143,7 @@ func New(opts Config) *Store {
 		watches:            make(map[authority.Key]*watch),
 		obs:                observe.New(observe.Config{Registerer: opts.Registerer, TracerProvider: opts.TracerProvider, Logger: opts.Logger}),
 	}
-	if s.clock == nil {
-		s.clock = authority.SystemClock{}
-	}
+	s.clock = authority.NewMonotonicClock(s.clock) // expiry never goes back (docs/deviations.md C18)
 	s.epoch = s.clock.Now()
 	if s.retention <= 0 {
 		s.retention = DefaultReservationRetention

@@ -123,8 +123,11 @@ var layoutSegments = []string{
 // segment that is a layout segment, so no store's namespace lies inside
 // another store's layout, whichever prefix the other store has.
 func ValidateNamespace(ns string) error {
-	if !strings.HasSuffix(ns, "/") || strings.IndexByte(ns, 0) >= 0 {
-		return authority.Invalid("etcd namespace must end in \"/\".")
+	if !strings.HasSuffix(ns, "/") {
+		return authority.Invalid(fmt.Sprintf("etcd namespace %q must end in \"/\".", ns))
+	}
+	if strings.IndexByte(ns, 0) >= 0 {
+		return authority.Invalid(fmt.Sprintf("etcd namespace %q must not contain NUL.", ns))
 	}
 	for _, seg := range strings.Split(ns, "/") {
 		if slices.Contains(layoutSegments, seg) {
