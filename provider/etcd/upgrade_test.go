@@ -36,16 +36,26 @@ func earlierBuildNamespace(t *testing.T) string {
 // returns the lease.
 func earlierBuildOwner(t *testing.T, ns string) clientv3.LeaseID {
 	t.Helper()
+	node := authority.NodeDescriptor{MeshName: "mesh", RID: "old-node"}
+	owner := authority.OwnerToken{OwnerID: "old-owner", LeaseGeneration: 1}
+	live := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: 1, OwnerID: owner.OwnerID, Lease: 1}
+	return putOnLease(t, func(clientv3.LeaseID) (string, string) {
+		return schema.NewLayout(ns).Liveness(node, 1, owner), live.Encode()
+	})
+}
+
+// putOnLease puts the key and value kv names on a new lease of a minute,
+// revoked at t's cleanup, and returns the lease.
+func putOnLease(t *testing.T, kv func(clientv3.LeaseID) (key, value string)) clientv3.LeaseID {
+	t.Helper()
 	ctx := context.Background()
 	grant, err := shared.Grant(ctx, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = shared.Revoke(context.Background(), grant.ID) })
-	node := authority.NodeDescriptor{MeshName: "mesh", RID: "old-node"}
-	owner := authority.OwnerToken{OwnerID: "old-owner", LeaseGeneration: 1}
-	live := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: 1, OwnerID: owner.OwnerID, Lease: 1}
-	if _, err := shared.Put(ctx, schema.NewLayout(ns).Liveness(node, 1, owner), live.Encode(), clientv3.WithLease(grant.ID)); err != nil {
+	key, value := kv(grant.ID)
+	if _, err := shared.Put(ctx, key, value, clientv3.WithLease(grant.ID)); err != nil {
 		t.Fatal(err)
 	}
 	return grant.ID
@@ -149,17 +159,10 @@ func TestFinalizeWaitsForOlderAnnouncedBuild(t *testing.T) {
 // its own, and returns the lease.
 func announceOlder(t *testing.T, ns string) clientv3.LeaseID {
 	t.Helper()
-	ctx := context.Background()
-	grant, err := shared.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = shared.Revoke(context.Background(), grant.ID) })
 	a := schema.Announcement{Build: "older-build", Role: "store", Host: "h", PID: 1, Min: 1, Max: 1, Started: time.Now()}
-	if _, err := shared.Put(ctx, schema.NewLayout(ns).Announcement(int64(grant.ID)), a.Encode(), clientv3.WithLease(grant.ID)); err != nil {
-		t.Fatal(err)
-	}
-	return grant.ID
+	return putOnLease(t, func(id clientv3.LeaseID) (string, string) {
+		return schema.NewLayout(ns).Announcement(int64(id)), a.Encode()
+	})
 }
 
 // TestFinalizeFencedOnAnnouncements: a process that announces between
