@@ -41,10 +41,9 @@ func (v *View) reopen(cause error) authority.Feed {
 		req := authority.FeedRequest{Prefix: v.prefix, List: true}
 		if !errors.Is(cause, authority.ErrFeedCompacted) {
 			req = authority.FeedRequest{Prefix: v.prefix, After: v.Revision()}
+			v.resumes.Add(1)
 		} else {
-			v.mu.Lock()
-			v.relists++
-			v.mu.Unlock()
+			v.relists.Add(1)
 		}
 		feed, err := v.store.WatchRows(v.life, req)
 		if err == nil {

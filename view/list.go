@@ -65,6 +65,7 @@ func (v *View) List(ctx context.Context, prefix string, cursor authority.ScanCur
 		return Page{}, err
 	}
 	if fromStore {
+		v.storeReads.Add(1)
 		res, err := v.store.ListAuthorities(ctx, prefix, "", limit)
 		return Page{ScanResult: res, Revision: rev, FromStore: true}, err
 	}

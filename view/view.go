@@ -23,6 +23,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/btree"
@@ -112,8 +113,9 @@ type View struct {
 	// noProgress is set once the feed said it cannot promise progress.
 	noProgress bool
 	err        error
-	relists    int
 	pins       []pin
+
+	relists, resumes, storeReads atomic.Int64
 
 	feedMu sync.Mutex
 	feed   authority.Feed
@@ -184,13 +186,26 @@ func (v *View) Revision() int64 {
 	return v.applied
 }
 
+// Stats counts what a view did.
+type Stats struct {
+	// Relists counts the listings after the feed's history was gone.
+	Relists int64
+	// Resumes counts the feeds reopened after the applied revision, after
+	// one failed otherwise (lost leader, dropped stream).
+	Resumes int64
+	// StoreReads counts the reads and first pages answered by the store
+	// (no progress promises, or not caught up within MaxWait).
+	StoreReads int64
+}
+
+// Stats returns what the view did so far.
+func (v *View) Stats() Stats {
+	return Stats{Relists: v.relists.Load(), Resumes: v.resumes.Load(), StoreReads: v.storeReads.Load()}
+}
+
 // Relists returns how many times the view relisted after its feed's history
 // was gone.
-func (v *View) Relists() int {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.relists
-}
+func (v *View) Relists() int { return int(v.relists.Load()) }
 
 // ReadAuthority reads the row at key consistently (authority.AuthorityStore
 // semantics): the answer of Read with the zero Freshness.
@@ -212,6 +227,7 @@ func (v *View) Read(ctx context.Context, key authority.Key, f Freshness) (Read, 
 		return Read{}, err
 	}
 	if fromStore {
+		v.storeReads.Add(1)
 		res, err := v.store.ReadAuthority(ctx, key)
 		return Read{ReadResult: res, Revision: rev, FromStore: true}, err
 	}
