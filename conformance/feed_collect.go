@@ -86,10 +86,13 @@ func (l *feedLog) add(b authority.FeedBatch) {
 }
 
 // until reads feed into l until its revision reaches rev, asking for
-// progress now and then (a feed reaches rev by events or by progress).
+// progress now and then (a feed reaches rev by events or by progress). On a
+// store without progress promises (ErrUnsupportedServer) nothing but a row
+// change moves the feed, so it stops once the feed was quiet for a second.
 func (l *feedLog) until(ctx context.Context, feed authority.Feed, rev int64) {
 	t := l.t
 	t.Helper()
+	quiet := 0
 	for l.rev < rev || l.listing && !l.synced {
 		nctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		b, err := feed.Next(nctx)
@@ -97,9 +100,13 @@ func (l *feedLog) until(ctx context.Context, feed authority.Feed, rev int64) {
 		if err != nil && ctx.Err() == nil && nctx.Err() != nil {
 			if perr := feed.RequestProgress(ctx); perr != nil {
 				require.ErrorIs(t, perr, authority.ErrUnsupportedServer)
+				if quiet++; quiet == 5 && l.synced == l.listing {
+					return
+				}
 			}
 			continue
 		}
+		quiet = 0
 		require.NoError(t, err)
 		l.add(b)
 	}

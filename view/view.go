@@ -153,6 +153,9 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 		return nil, err
 	}
 	v.feed = feed
+	if err := feed.RequestProgress(ctx); errors.Is(err, authority.ErrUnsupportedServer) {
+		v.noProgress = true // consistent reads go to the store
+	}
 	v.wg.Add(1)
 	go v.follow(feed)
 	if err := v.waitApplied(ctx, 1); err != nil {

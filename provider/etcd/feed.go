@@ -76,8 +76,14 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "authority-feed", uuid.NewString())
 	f.wctx, f.cancel = context.WithCancel(wctx)
 	f.stopLife = context.AfterFunc(s.life, f.cancel)
-	f.wch = s.client.Watch(f.wctx, f.from, clientv3.WithRange(prefixEnd(f.from)), clientv3.WithRev(f.pos+1),
-		clientv3.WithProgressNotify())
+	opts := []clientv3.OpOption{clientv3.WithRange(prefixEnd(f.from)), clientv3.WithRev(f.pos + 1)}
+	if reliable {
+		// Before the fixes a progress notification can run ahead of events
+		// the watch has not sent, and the client resumes a broken stream
+		// after it: no notifications on such a server.
+		opts = append(opts, clientv3.WithProgressNotify())
+	}
+	f.wch = s.client.Watch(f.wctx, f.from, opts...)
 	return f, nil
 }
 
