@@ -118,13 +118,7 @@ func (v *View) page(tree *btree.BTreeG[*entry], prefix string, from authority.Ke
 // finish makes the page's answer: copies of the rows, and a cursor when
 // more follow.
 func (v *View) finish(items []*entry, more bool, prefix string, rev int64) Page {
-	now := v.clock.Now()
-	res := authority.ScanResult{Kind: authority.KindPage, Items: make([]authority.ScanItem, len(items))}
-	for i, e := range items {
-		s := e.snap.Clone()
-		s.StoreNow = now
-		res.Items[i] = authority.ScanItem{Key: e.key, Snapshot: s}
-	}
+	res := authority.ScanResult{Kind: authority.KindPage, Items: copyRows(items, v.clock.Now())}
 	if more && len(items) > 0 {
 		res.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
 			Scope: v.scope, Prefix: prefix, Revision: rev, After: items[len(items)-1].key,
@@ -153,4 +147,54 @@ func (v *View) dropPins() {
 	for len(v.pins) > 0 && time.Since(v.pins[0].at) > pinTTL {
 		v.pins = v.pins[1:]
 	}
+}
+
+// copyRows returns caller-owned copies of the rows, stamped with now, in a
+// few allocations per page rather than a few per row: the snapshots, their
+// Spot types and pending creations, and their bytes each share one slab.
+func copyRows(items []*entry, now time.Time) []authority.ScanItem {
+	var nbytes, npending, nspot int
+	for _, e := range items {
+		nbytes += len(e.snap.Payload)
+		if p := e.snap.PendingCreation; p != nil {
+			npending++
+			nbytes += len(p.RequestSHA256)
+		}
+		if e.snap.Allocation.Capacity.SpotType != nil {
+			nspot++
+		}
+	}
+	out := make([]authority.ScanItem, len(items))
+	snaps := make([]authority.Snapshot, len(items))
+	pendings := make([]authority.PendingCreation, npending)
+	spots := make([]authority.SpotTypeCapacity, nspot)
+	buf := make([]byte, nbytes)
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		n := copy(buf, b)
+		c := buf[:n:n]
+		buf = buf[n:]
+		return c
+	}
+	for i, e := range items {
+		s := &snaps[i]
+		*s = *e.snap
+		s.StoreNow = now
+		s.Payload = take(e.snap.Payload)
+		if st := e.snap.Allocation.Capacity.SpotType; st != nil {
+			spots[0] = *st
+			s.Allocation.Capacity.SpotType = &spots[0]
+			spots = spots[1:]
+		}
+		if p := e.snap.PendingCreation; p != nil {
+			pendings[0] = *p
+			pendings[0].RequestSHA256 = take(p.RequestSHA256)
+			s.PendingCreation = &pendings[0]
+			pendings = pendings[1:]
+		}
+		out[i] = authority.ScanItem{Key: e.key, Snapshot: s}
+	}
+	return out
 }

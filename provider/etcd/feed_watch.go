@@ -20,6 +20,7 @@ func (f *etcdFeed) Next(ctx context.Context) (authority.FeedBatch, error) {
 	}
 	if len(f.pending) > 0 {
 		b := f.pending[0]
+		f.pending[0] = authority.FeedBatch{} // the listing's events are not kept twice
 		f.pending = f.pending[1:]
 		return b, nil
 	}
