@@ -12,8 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
-	"github.com/zlink-systems/authority/provider/etcd/schema"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -106,24 +104,28 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 	return cmd
 }
 
-// eventView is one watched row change.
+// eventView is one row change of the typed feed (authority.RowFeed), or
+// with --progress a progress mark (type PROGRESS, no key).
 type eventView struct {
 	Revision int64    `json:"revision"`
 	Type     string   `json:"type"`
-	Key      string   `json:"key"`
+	Key      string   `json:"key,omitempty"`
 	Row      *rowView `json:"row,omitempty"`
 }
 
 func newWatchCommand(g *globals) *cobra.Command {
 	var rev int64
 	var count int
+	var progress bool
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
-		Short: "Stream changes of authority rows whose key starts with PREFIX",
-		Long: `Stream row changes (put, delete) as they happen, from --rev when given
-(replaying history still held by etcd). One line (table), one JSON object per
-line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
---count changes.`,
+		Short: "Stream the typed row feed of authority rows whose key starts with PREFIX",
+		Long: `Stream the store's typed row feed: each row change (CREATED, UPDATED,
+REMOVED) with its decoded row, in commit order, from --rev when given
+(replaying history still held by etcd). With --progress also the feed's
+progress marks (PROGRESS: nothing changed under PREFIX up to that revision).
+One line (table), one JSON object per line (json) or one YAML document (yaml)
+per change. Stops on Ctrl-C or after --count changes.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := intRange("--rev", rev, 0, math.MaxInt64); err != nil {
@@ -132,63 +134,72 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 			if err := intRange("--count", int64(count), 0, maxWatchCount); err != nil {
 				return err
 			}
-			prefix := schema.Prefix(g.namespace, schema.EntryRow)
+			prefix := ""
 			if len(args) == 1 {
-				prefix += args[0]
+				prefix = args[0]
 			}
 			ctx := cmd.Context()
-			c, _, err := g.dial(ctx, false)
+			s, _, closeStore, err := g.store(ctx)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			defer closeStore()
+			req := authority.FeedRequest{Prefix: prefix}
 			if rev > 0 {
-				opts = append(opts, clientv3.WithRev(rev))
+				// changes from rev on; nothing changes at revision 1 (an
+				// empty etcd's), so --rev 1 is After 1: the whole history
+				req.After = max(rev-1, 1)
 			}
-			wctx, stop := context.WithCancel(ctx)
-			defer stop()
-			if g.output == outputTable || g.output == outputWide {
-				fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
-			}
-			seen := 0
-			for wr := range c.Watch(clientv3.WithRequireLeader(wctx), prefix, opts...) {
-				if ctx.Err() != nil {
-					return nil // the user stopped it
-				}
-				if err := wr.Err(); err != nil {
-					if errors.Is(err, rpctypes.ErrCompacted) {
-						return fmt.Errorf("watch: --rev %d is compacted (the oldest revision etcd still holds is %d): %w", rev, wr.CompactRevision, err)
-					}
-					return fmt.Errorf("watch: %w", err)
-				}
-				for _, ev := range wr.Events {
-					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT",
-						Key: strings.TrimPrefix(string(ev.Kv.Key), schema.Prefix(g.namespace, schema.EntryRow))}
-					if ev.Type == clientv3.EventTypeDelete {
-						v.Type = "DELETE"
-					} else if e, err := schema.DecodeEntry(g.namespace, ev.Kv); err == nil {
-						rv := viewRow(e.Key, e.Snapshot)
-						v.Row = &rv
-					}
-					if err := writeEvent(g, v); err != nil {
-						return err
-					}
-					seen++
-					if count > 0 && seen >= count {
-						return nil
-					}
-				}
-			}
-			if ctx.Err() != nil {
-				return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
-			}
-			return errors.New("watch: the watch ended without an error (the client closed)")
+			return watchFeed(ctx, g, s, req, rev, count, progress)
 		},
 	}
 	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now; 1: the whole history etcd still holds)")
 	cmd.Flags().IntVar(&count, "count", 0, fmt.Sprintf("stop after this many changes (0: never; up to %d)", maxWatchCount))
+	cmd.Flags().BoolVar(&progress, "progress", false, "also print the feed's progress marks")
 	return cmd
+}
+
+// watchFeed prints the feed req opens until ctx ends or count changes
+// were printed.
+func watchFeed(ctx context.Context, g *globals, s *etcdstore.Store, req authority.FeedRequest, rev int64, count int, progress bool) error {
+	feed, err := s.WatchRows(ctx, req)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer feed.Close()
+	if g.output == outputTable || g.output == outputWide {
+		fmt.Fprintf(g.stdout, "%-8s %-8s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
+	}
+	seen := 0
+	for {
+		b, err := feed.Next(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
+		case errors.Is(err, authority.ErrFeedCompacted):
+			return fmt.Errorf("watch: --rev %d is compacted: %w", rev, err)
+		case err != nil:
+			return fmt.Errorf("watch: %w", err)
+		}
+		if b.Kind == authority.FeedProgress && progress {
+			if err := writeEvent(g, eventView{Revision: b.Revision, Type: "PROGRESS"}); err != nil {
+				return err
+			}
+		}
+		for _, ev := range b.Events {
+			v := eventView{Revision: ev.Revision, Type: strings.ToUpper(string(ev.Kind)), Key: string(ev.Key)}
+			if ev.Snapshot != nil {
+				rv := viewRow(ev.Key, ev.Snapshot)
+				v.Row = &rv
+			}
+			if err := writeEvent(g, v); err != nil {
+				return err
+			}
+			if seen++; count > 0 && seen >= count {
+				return nil
+			}
+		}
+	}
 }
 
 func writeEvent(g *globals, v eventView) error {
@@ -214,6 +225,6 @@ func writeEvent(g *globals, v eventView) error {
 			v.Row.OwnerLeaseGeneration, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
 			v.Row.StoreVersion, v.Row.Payload.String())
 	}
-	_, err := fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, v.Key, detail)
+	_, err := fmt.Fprintf(g.stdout, "%-8s %-8s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, orDash(v.Key), detail)
 	return err
 }
