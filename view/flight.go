@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	authority "github.com/zlink-systems/authority"
 )
 
 // flights learns the store's current revision for many waiting reads with
@@ -17,6 +19,7 @@ type flights struct {
 	mu      sync.Mutex
 	next    *flight
 	running bool
+	closed  bool // set by View.Close: no request starts after it
 }
 
 // flight is one revision request and its waiters.
@@ -31,6 +34,10 @@ type flight struct {
 // began, and when the request that learned it started.
 func (fs *flights) revision(ctx context.Context) (int64, time.Time, error) {
 	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return 0, time.Time{}, authority.ErrClosed
+	}
 	if fs.next == nil {
 		fs.next = &flight{done: make(chan struct{})}
 	}

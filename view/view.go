@@ -167,6 +167,9 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 
 // Close stops the view. Reads after Close report authority.ErrClosed.
 func (v *View) Close() error {
+	v.flights.mu.Lock()
+	v.flights.closed = true
+	v.flights.mu.Unlock()
 	v.cancel()
 	v.feedMu.Lock()
 	if v.feed != nil {
