@@ -132,6 +132,7 @@ func runDoctor(ctx context.Context, g *globals, maxTxnOps, maxRequestBytes int, 
 	doctorMembers(ctx, c, statuses, d)
 	doctorCluster(ctx, c, g.namespace, d)
 	doctorCapacityEpochs(ctx, c, g.namespace, d)
+	doctorStoreVersions(ctx, c, g.namespace, d)
 	if noProbe {
 		d.add("limits", checkInfo, "probes skipped (--no-probe)")
 	} else {

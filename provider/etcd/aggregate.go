@@ -10,6 +10,7 @@ import (
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -539,7 +540,11 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
 	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.OwnerGen, n.Token = 0, 0 // a new owner: resolved to this write's revision
+	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
+		// a new owner (or, before TokenFollowsOwner, any new-owner
+		// transition): resolved to this write's revision
+		n.OwnerGen, n.Token = 0, 0
+	}
 	t.put(rowKey, n.Encode())
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.del(oldCap)

@@ -63,6 +63,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	default: // put
 		t.cmp(s.rowOwnerLive(cur))
 		next.Payload = m.Payload
+		s.pretendWrite(t, cur, next)
 		t.put(rowKey, next.Encode())
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")

@@ -11,6 +11,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Store.Close ends the keep-alive of every owner lease of the store, on a
@@ -45,7 +46,10 @@ func TestCloseEndsWaitForChange(t *testing.T) {
 			Namespace: etcdtest.Namespace(),
 		})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
+		t.Cleanup(func() {
+			_ = s.Close()
+			_, _ = shared.Delete(context.Background(), s.Namespace(), clientv3.WithPrefix())
+		})
 		return s
 	}
 	callers := func(t *testing.T) *etcdstore.Store { return newStore(t, nil, etcdstore.Config{}) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -126,4 +127,10 @@ func SetRemoveIndexPage(t interface{ Cleanup(func()) }, n int) {
 	old := removeIndexPage
 	removeIndexPage = n
 	t.Cleanup(func() { removeIndexPage = old })
+}
+
+// FinalizeRacing is Finalize calling afterRead between each status read and
+// the Txn that moves the version.
+func FinalizeRacing(ctx context.Context, kv clientv3.KV, namespace string, target storeversion.Version, afterRead func()) (FinalizeResult, error) {
+	return finalize(ctx, kv, namespace, target, false, afterRead)
 }

@@ -89,6 +89,7 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		t.cmp(modRevIs(genKey, rev))
 		t.put(genKey, schema.EncodeOwnerGeneration(token.LeaseGeneration))
 		t.put(s.keys.Liveness(node, lifecycle, token), live.Encode(), clientv3.WithLease(grant.ID))
+		s.announceOwnerLease(t, grant.ID)
 		tresp, err := s.sendWrite(rctx, t, "the owner lease")
 		if err != nil {
 			revoke()

@@ -197,8 +197,7 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 		cfg.Namespace = "/tenant-cn/a/"
 		workload(t, mustDial(t, srv, cfg))
 		cfg.Namespace = "/tenant-other/"
-		s := mustDial(t, srv, cfg)
-		_, err = s.ReadAuthority(ctx, "actor/x")
+		_, err = dialStore(t, srv, cfg, dialWithin)
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
 	})
 }
@@ -261,11 +260,26 @@ func TestSecurityPasswordAuth(t *testing.T) {
 	// nothing.
 	t.Run("OtherPrefixRoleDenied", func(t *testing.T) {
 		const ns = "/tenant-a/ns-2/"
-		s := mustDial(t, srv.Server, etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns})
+		cfg := etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns}
+		// New reads the namespace's store version: it is refused at once,
+		// and leaves no lease behind
 		leasesBefore := leaseIDs(t, srv.root)
+		_, err := dialStore(t, srv.Server, cfg, dialWithin)
+		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Equal(t, leasesBefore, leaseIDs(t, srv.root), "a refused New left a lease")
+		// a store whose permission is revoked once it runs is refused every
+		// request
+		_, err = srv.root.RoleGrantPermission(ctx, "tenant-b", ns, clientv3.GetPrefixRangeEnd(ns), clientv3.PermissionType(clientv3.PermReadWrite))
+		require.NoError(t, err)
+		s := mustDial(t, srv.Server, cfg)
+		_, err = srv.root.RoleRevokePermission(ctx, "tenant-b", ns, clientv3.GetPrefixRangeEnd(ns))
+		require.NoError(t, err)
+		opened, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		require.NoError(t, err)
+		leasesBefore = leaseIDs(t, srv.root)
 		fx := conformance.Fixture{T: t, H: harnessFor(s, authority.NewManualClock(testEpoch))}
 		key := fx.Key(authority.ObjectActor, "a1")
-		_, err := s.ReadAuthority(ctx, key)
+		_, err = s.ReadAuthority(ctx, key)
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
 		_, err = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "a1", conformance.TargetA))
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
@@ -283,7 +297,7 @@ func TestSecurityPasswordAuth(t *testing.T) {
 		}
 		resp, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		require.NoError(t, err)
-		require.Zero(t, resp.Count, "nothing written in the namespace")
+		require.Equal(t, opened.Count, resp.Count, "nothing written in the namespace")
 		// MarkLive and Acquire revoke the lease they granted; the refused
 		// blob puts share one expiry bucket lease (it expires with the
 		// bucket, and later puts of the bucket reuse it).

@@ -90,8 +90,16 @@ type Config struct {
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
-	// SkipVersionCheck skips the server version check of New.
+	// SkipVersionCheck skips the server version check of New (not the
+	// store version check: see storeversion).
 	SkipVersionCheck bool
+
+	// Role is what the process announces itself as under the namespace
+	// (default "store"; authorityctl announces "authorityctl").
+	Role string
+	// Build names the running build in the announcement (default: the
+	// binary's module version or VCS revision).
+	Build string
 
 	// Registerer receives the store's Prometheus metrics (nil: none; two
 	// stores on one Registerer share them).
@@ -148,6 +156,9 @@ type Store struct {
 	endLife context.CancelFunc
 	// serverWarning is ServerVersionWarning of the server New checked.
 	serverWarning string
+	// version is the namespace's store version and this process's
+	// announcement (announce.go).
+	version versionGate
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -222,6 +233,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			_ = s.Close()
 			return nil, err
 		}
+	}
+	if err := s.startVersion(ctx, cfg); err != nil {
+		_ = s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -318,6 +333,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.closeVersion(ctx)
 	for _, id := range marks {
 		_, _ = s.client.Revoke(ctx, id)
 	}
@@ -370,6 +386,9 @@ func (s *Store) revokeDetached(ctx context.Context, id clientv3.LeaseID) {
 func (s *Store) begin(ctx context.Context) error {
 	if s.closed.Load() {
 		return authority.ErrClosed
+	}
+	if err := s.versionSkew(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
