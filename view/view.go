@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/tidwall/btree"
 
 	authority "github.com/zlink-systems/authority"
@@ -99,7 +100,9 @@ type View struct {
 
 	life   context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// endFirstFeed ends the context of the feed New opened.
+	endFirstFeed context.CancelFunc
+	wg           sync.WaitGroup
 
 	mu      sync.RWMutex
 	rows    *btree.BTreeG[*entry]
@@ -144,15 +147,24 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	if v.clock == nil {
 		v.clock = authority.SystemClock{}
 	}
-	v.scope = "view/" + time.Now().Format(time.RFC3339Nano)
+	v.scope = "view/" + uuid.NewString()
 	v.life, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.flights.v = v
-	feed, err := store.WatchRows(ctx, authority.FeedRequest{Prefix: cfg.Prefix, List: true})
+	// The feed lives as long as the view; only its listing is bounded by
+	// ctx (the feed's context ends with ctx until WatchRows returned).
+	fctx, fcancel := context.WithCancel(v.life)
+	detach := context.AfterFunc(ctx, fcancel)
+	feed, err := store.WatchRows(fctx, authority.FeedRequest{Prefix: cfg.Prefix, List: true})
+	if !detach() && err == nil {
+		_ = feed.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
+		fcancel()
 		v.cancel()
 		return nil, err
 	}
-	v.feed = feed
+	v.feed, v.endFirstFeed = feed, fcancel
 	if err := feed.RequestProgress(ctx); errors.Is(err, authority.ErrUnsupportedServer) {
 		v.noProgress = true // consistent reads go to the store
 	}
@@ -171,6 +183,9 @@ func (v *View) Close() error {
 	v.flights.closed = true
 	v.flights.mu.Unlock()
 	v.cancel()
+	if v.endFirstFeed != nil {
+		v.endFirstFeed()
+	}
 	v.feedMu.Lock()
 	if v.feed != nil {
 		_ = v.feed.Close()
