@@ -12,5 +12,5 @@ func TestMain(m *testing.M) {
 	etcdcluster.RunMemberIfRequested()
 	runPausedOwnerIfRequested()
 	runDownstreamWriterIfRequested()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeUpgradeBuilds() }))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,17 +21,13 @@ var errNotFound = errors.New("not found")
 
 func newGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "get KIND ID",
-		Short: "Show one authority row (KIND: actor, user_spot, instance_spot)",
-		Args:  exactArgs(2),
+		Use:   "get KIND ID | get KIND/ID",
+		Short: "Show one authority row (KIND: actor, user_spot, instance_spot; KIND/ID as list prints keys)",
+		Args:  rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := parseKind(args[0])
+			kind, id, key, err := rowKeyOf(args)
 			if err != nil {
 				return err
-			}
-			key, err := authority.EncodeKey(kind, args[1])
-			if err != nil {
-				return usageError(err)
 			}
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
 				r, err := s.ReadAuthority(ctx, key)
@@ -38,13 +35,39 @@ func newGetCommand(g *globals) *cobra.Command {
 					return err
 				}
 				if r.Kind != authority.KindSnapshot {
-					return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
+					return fmt.Errorf("%s %q: %w", kind, id, errNotFound)
 				}
 				v := viewRow(key, r.Snapshot)
 				return render(g.stdout, g.output, v, addRows(rowTable(), []rowView{v}, (*table).addRow))
 			})
 		},
 	}
+}
+
+// rowKeyOf resolves get's arguments: KIND ID, or one key KIND/ID as list
+// prints it (its ID path-escaped as in the store's keys).
+func rowKeyOf(args []string) (authority.ObjectKind, string, authority.Key, error) {
+	kindArg, id := "", ""
+	if len(args) == 2 {
+		kindArg, id = args[0], args[1]
+	} else {
+		if ok, err := authority.DecodeKey(authority.Key(args[0])); err == nil {
+			return ok.Kind, ok.GlobalID, authority.Key(args[0]), nil
+		}
+		var found bool
+		if kindArg, id, found = strings.Cut(args[0], "/"); !found {
+			return "", "", "", usageError(fmt.Errorf("get takes KIND ID or KIND/ID (as list prints keys), got %q", args[0]))
+		}
+	}
+	kind, err := parseKind(kindArg)
+	if err != nil {
+		return "", "", "", err
+	}
+	key, err := authority.EncodeKey(kind, id)
+	if err != nil {
+		return "", "", "", usageError(err)
+	}
+	return kind, id, key, nil
 }
 
 // listView is the JSON/YAML form of list.
@@ -71,11 +94,19 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				out := listView{Items: []rowView{}}
 				var cursor authority.ScanCursor
 				for {
 					page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
+					if errors.Is(err, authority.ErrCorrupt) {
+						// the store's listing stops at a row it cannot
+						// decode: list every decodable one, naming the others
+						if out, err = listDecodable(ctx, g, c, prefix, limit, all); err != nil {
+							return err
+						}
+						break
+					}
 					if err != nil {
 						return err
 					}
@@ -104,28 +135,43 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 	return cmd
 }
 
-// eventView is one row change of the typed feed (authority.RowFeed), or
-// with --progress a progress mark (type PROGRESS, no key).
+// listDecodable lists the rows under prefix at one revision (the first
+// limit unless all), leaving out and naming on stderr each key that does not
+// decode.
+func listDecodable(ctx context.Context, g *globals, c *clientv3.Client, prefix string, limit int, all bool) (listView, error) {
+	q := entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryRow) + prefix, undecodable: g.skipUndecodable}
+	rows, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
+		return viewRow(le.entry.Key, le.entry.Snapshot), true, nil
+	})
+	if err != nil {
+		return listView{}, err
+	}
+	out := listView{Items: rows}
+	if !all && len(rows) > limit {
+		out.Items, out.More = rows[:limit], true
+		fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
+	}
+	return out, nil
+}
+
+// eventView is one watched row change.
 type eventView struct {
 	Revision int64    `json:"revision"`
 	Type     string   `json:"type"`
-	Key      string   `json:"key,omitempty"`
+	Key      string   `json:"key"`
 	Row      *rowView `json:"row,omitempty"`
 }
 
 func newWatchCommand(g *globals) *cobra.Command {
 	var rev int64
 	var count int
-	var progress bool
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
-		Short: "Stream the typed row feed of authority rows whose key starts with PREFIX",
-		Long: `Stream the store's typed row feed: each row change (CREATED, UPDATED,
-REMOVED) with its decoded row, in commit order, from --rev when given
-(replaying history still held by etcd). With --progress also the feed's
-progress marks (PROGRESS: nothing changed under PREFIX up to that revision).
-One line (table), one JSON object per line (json) or one YAML document (yaml)
-per change. Stops on Ctrl-C or after --count changes.`,
+		Short: "Stream changes of authority rows whose key starts with PREFIX",
+		Long: `Stream row changes (put, delete) as they happen, from --rev when given
+(replaying history still held by etcd). One line (table), one JSON object per
+line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
+--count changes.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := intRange("--rev", rev, 0, math.MaxInt64); err != nil {
@@ -134,72 +180,16 @@ per change. Stops on Ctrl-C or after --count changes.`,
 			if err := intRange("--count", int64(count), 0, maxWatchCount); err != nil {
 				return err
 			}
-			prefix := ""
+			prefix := schema.Prefix(g.namespace, schema.EntryRow)
 			if len(args) == 1 {
-				prefix = args[0]
+				prefix += args[0]
 			}
-			ctx := cmd.Context()
-			s, _, closeStore, err := g.store(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeStore()
-			req := authority.FeedRequest{Prefix: prefix}
-			if rev > 0 {
-				// changes from rev on; nothing changes at revision 1 (an
-				// empty etcd's), so --rev 1 is After 1: the whole history
-				req.After = max(rev-1, 1)
-			}
-			return watchFeed(ctx, g, s, req, rev, count, progress)
+			return runWatch(cmd.Context(), g, prefix, rev, count)
 		},
 	}
 	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now; 1: the whole history etcd still holds)")
 	cmd.Flags().IntVar(&count, "count", 0, fmt.Sprintf("stop after this many changes (0: never; up to %d)", maxWatchCount))
-	cmd.Flags().BoolVar(&progress, "progress", false, "also print the feed's progress marks")
 	return cmd
-}
-
-// watchFeed prints the feed req opens until ctx ends or count changes
-// were printed.
-func watchFeed(ctx context.Context, g *globals, s *etcdstore.Store, req authority.FeedRequest, rev int64, count int, progress bool) error {
-	feed, err := s.WatchRows(ctx, req)
-	if err != nil {
-		return fmt.Errorf("watch: %w", err)
-	}
-	defer feed.Close()
-	if g.output == outputTable || g.output == outputWide {
-		fmt.Fprintf(g.stdout, "%-8s %-8s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
-	}
-	seen := 0
-	for {
-		b, err := feed.Next(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
-		case errors.Is(err, authority.ErrFeedCompacted):
-			return fmt.Errorf("watch: --rev %d is compacted: %w", rev, err)
-		case err != nil:
-			return fmt.Errorf("watch: %w", err)
-		}
-		if b.Kind == authority.FeedProgress && progress {
-			if err := writeEvent(g, eventView{Revision: b.Revision, Type: "PROGRESS"}); err != nil {
-				return err
-			}
-		}
-		for _, ev := range b.Events {
-			v := eventView{Revision: ev.Revision, Type: strings.ToUpper(string(ev.Kind)), Key: string(ev.Key)}
-			if ev.Snapshot != nil {
-				rv := viewRow(ev.Key, ev.Snapshot)
-				v.Row = &rv
-			}
-			if err := writeEvent(g, v); err != nil {
-				return err
-			}
-			if seen++; count > 0 && seen >= count {
-				return nil
-			}
-		}
-	}
 }
 
 func writeEvent(g *globals, v eventView) error {
@@ -221,10 +211,10 @@ func writeEvent(g *globals, v eventView) error {
 	}
 	detail := "-"
 	if v.Row != nil {
-		detail = fmt.Sprintf("%s owner=%s/%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
-			v.Row.OwnerLeaseGeneration, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
+		detail = fmt.Sprintf("%s owner=%s/%d token=%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
+			v.Row.OwnerLeaseGeneration, v.Row.OwnershipToken, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
 			v.Row.StoreVersion, v.Row.Payload.String())
 	}
-	_, err := fmt.Fprintf(g.stdout, "%-8s %-8s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, orDash(v.Key), detail)
+	_, err := fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, v.Key, detail)
 	return err
 }

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
@@ -53,12 +52,12 @@ type node struct {
 // run starts embedded etcd and the three nodes, places objects, crashes
 // node-b and lets node-a take its objects over, reporting to out.
 func run(ctx context.Context, out io.Writer) error {
-	srv, err := embedded.Start(ctx, embedded.Config{LogOutput: io.Discard})
+	endpoint, stopEtcd, err := throwawayEtcd(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	fmt.Fprintf(out, "embedded etcd on %s\n", srv.Endpoint())
+	defer stopEtcd()
+	fmt.Fprintf(out, "embedded etcd on %s\n", endpoint)
 
 	nodes := map[string]*node{}
 	defer func() {
@@ -67,7 +66,7 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 	}()
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
-		n, err := startNode(ctx, srv.Endpoint(), name)
+		n, err := startNode(ctx, endpoint, name)
 		if err != nil {
 			return err
 		}

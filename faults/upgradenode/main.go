@@ -24,14 +24,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
-// StableType is the stable type of every row the nodes write.
-const StableType = "upgrade.Actor"
+// StableType is the stable type of every row (a User Spot) the nodes write.
+const StableType = "upgrade.Spot"
+
+// spotCapacity is what each row holds.
+var spotCapacity = authority.CapacityVector{Spots: 1, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: StableType, Count: 1}}
 
 // Line is one report; the test decodes the same shape.
 type Line struct {
@@ -62,11 +66,11 @@ func emit(l Line) {
 	_ = out.Encode(l)
 }
 
-// limitPolicy admits actors up to a per-node limit.
+// limitPolicy admits Spots up to a per-node limit.
 type limitPolicy int64
 
 func (p limitPolicy) PlacementCapacityAvailable(_ authority.NodeDescriptor, req, reserved, active authority.CapacityVector) bool {
-	return req.Actors+reserved.Actors+active.Actors <= int64(p)
+	return req.Spots+reserved.Spots+active.Spots <= int64(p)
 }
 
 type node struct {
@@ -82,10 +86,13 @@ func main() {
 	endpoints := flag.String("endpoints", "", "etcd endpoints")
 	ns := flag.String("namespace", "", "namespace")
 	id := flag.String("node", "", "node RID and owner ID")
-	limit := flag.Int64("limit", 12, "actors per node")
+	limit := flag.Int64("limit", 12, "Spots per node")
 	flag.Parse()
-	ctx, stop := context.WithCancel(context.Background())
-	go func() { _, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin)); stop() }()
+	// a closed standard input stops the node after the operation in
+	// flight, so that every write it made is reported
+	ctx := context.Background()
+	var stopping atomic.Bool
+	go func() { _, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin)); stopping.Store(true) }()
 	s, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: strings.Split(*endpoints, ","), Namespace: *ns,
 		RequestTimeout: 10 * time.Second, CapacityPolicy: limitPolicy(*limit)})
 	if err != nil {
@@ -98,7 +105,7 @@ func main() {
 		emit(Line{Ev: "error", Op: "start", Err: err.Error()})
 		os.Exit(1)
 	}
-	for ctx.Err() == nil {
+	for !stopping.Load() {
 		n.step(ctx)
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -137,7 +144,7 @@ func (n *node) start(ctx context.Context, id string) error {
 // adopt reports every row of the node after a rebind, as this process now
 // holds it.
 func (n *node) adopt(ctx context.Context) {
-	for _, it := range n.list(ctx, "actor/"+n.desc.RID+"-") {
+	for _, it := range n.list(ctx, "user_spot/"+n.desc.RID+"-") {
 		if s := it.Snapshot; s.Owner() == n.lease.Token() {
 			n.rows[it.Key] = s
 			emit(Line{Ev: "ack", Op: "rebound", Key: string(it.Key), Ver: parseVersion(s.StoreVersion), Token: s.OwnershipToken, Payload: string(s.Payload)})
@@ -156,20 +163,23 @@ func (n *node) step(ctx context.Context) {
 	case r < 90:
 		n.remove(ctx)
 	default:
-		n.list(ctx, "actor/")
+		n.list(ctx, "user_spot/")
 	}
 }
 
 // failed reports err unless it is nil; it says whether there was one.
-func failed(op string, err error) bool {
+func failed(op string, err error) bool { return failedOn(op, "", err) }
+
+// failedOn is failed for an operation on key.
+func failedOn(op string, key authority.Key, err error) bool {
 	switch {
 	case err == nil:
 		return false
 	case errors.Is(err, authority.ErrCorrupt):
-		emit(Line{Ev: "corrupt", Op: op, Err: err.Error()})
+		emit(Line{Ev: "corrupt", Op: op, Key: string(key), Err: err.Error()})
 	case errors.Is(err, context.Canceled):
 	default:
-		emit(Line{Ev: "error", Op: op, Err: err.Error()})
+		emit(Line{Ev: "error", Op: op, Key: string(key), Err: err.Error()})
 	}
 	return true
 }
@@ -183,9 +193,9 @@ func (n *node) create(ctx context.Context) {
 	gid := fmt.Sprintf("%s-g%d-%d", n.desc.RID, n.lease.Token().LeaseGeneration, n.n)
 	ref := "content-" + gid
 	sum := sha256.Sum256([]byte(ref))
-	req := authority.ReserveRequest{Key: authority.ObjectKey{Kind: authority.ObjectActor, GlobalID: gid},
+	req := authority.ReserveRequest{Key: authority.ObjectKey{Kind: authority.ObjectUserSpot, GlobalID: gid},
 		Intent: authority.CreationIntent{StableType: StableType, RequestContentReference: ref, RequestSHA256: sum[:], RequestEncodedSize: int64(len(ref))},
-		Target: n.target(), CreatingPayload: []byte("creating"), Capacity: authority.CapacityVector{Actors: 1}}
+		Target: n.target(), CreatingPayload: []byte("creating"), Capacity: spotCapacity}
 	res, err := n.s.Reserve(ctx, req)
 	if failed("reserve", err) {
 		return
@@ -232,8 +242,8 @@ func (n *node) put(ctx context.Context) {
 		return
 	}
 	payload := fmt.Sprintf("put-%d", n.rng.Int64())
-	res, err := n.s.CompareExchangeAuthority(ctx, key, s.StoreVersion, authority.Mutation{Kind: authority.MutationPut, Payload: []byte(payload)})
-	if failed("put", err) {
+	res, err := n.s.CompareExchangeAuthority(ctx, key, s.StoreVersion, authority.Put([]byte(payload)))
+	if failedOn("put", key, err) {
 		return
 	}
 	if res.Kind != authority.KindStored {
@@ -249,8 +259,8 @@ func (n *node) remove(ctx context.Context) {
 	if s == nil {
 		return
 	}
-	res, err := n.s.CompareExchangeAuthority(ctx, key, s.StoreVersion, authority.Mutation{Kind: authority.MutationDelete})
-	if failed("delete", err) {
+	res, err := n.s.CompareExchangeAuthority(ctx, key, s.StoreVersion, authority.Delete())
+	if failedOn("delete", key, err) {
 		return
 	}
 	delete(n.rows, key)
@@ -273,20 +283,39 @@ func (n *node) selfMove(ctx context.Context) {
 	payload := fmt.Sprintf("moved-%d", n.n)
 	req := authority.AggregatePrepareRequest{AggregateID: fmt.Sprintf("self-%s-%d-%d", n.desc.RID, n.lease.Token().LeaseGeneration, n.n),
 		AggregateGeneration: 1, TargetOwner: n.lease.Token(), TargetDescriptor: n.desc, TargetDescriptorLifecycleGeneration: 1,
-		Capacity: authority.CapacityVector{Actors: 1}, InventoryDigest: make([]byte, 32),
+		Capacity: spotCapacity, InventoryDigest: make([]byte, 32),
 		Participants: []authority.AggregateParticipant{{AuthorityKey: key, ExpectedStoreVersion: s.StoreVersion,
 			OwnerTransition: authority.TransitionNewOwner, AuthorityPayload: []byte(payload)}}}
 	p, err := n.s.PrepareAggregate(ctx, req)
-	if failed("prepare", err) || p.Kind != authority.KindPrepared {
-		delete(n.rows, key) // re-read below on the next rebind; a conflict means another writer
+	if failedOn("prepare", key, err) {
+		return
+	}
+	switch p.Kind {
+	case authority.KindPrepared:
+	case authority.KindPlacementCapacityExhausted:
+		n.remove(ctx) // the move takes a second slot until it commits
+		return
+	default:
+		// under a capacity policy a prepare that does not fit is a
+		// conflict too: the row unchanged says so
+		r, err := n.s.ReadAuthority(ctx, key)
+		if failedOn("read", key, err) {
+			return
+		}
+		if r.Snapshot != nil && r.Snapshot.StoreVersion == s.StoreVersion {
+			n.remove(ctx)
+			return
+		}
+		emit(Line{Ev: "error", Op: "prepare", Key: string(key), Err: string(p.Kind)})
+		delete(n.rows, key)
 		return
 	}
 	c, err := n.s.CommitAggregate(ctx, p.Fence)
-	if failed("commit-aggregate", err) || c.Kind != authority.KindCommitted {
+	if failedOn("commit-aggregate", key, err) || c.Kind != authority.KindCommitted {
 		return
 	}
 	r, err := n.s.ReadAuthority(ctx, key)
-	if failed("read", err) || r.Kind != authority.KindSnapshot {
+	if failedOn("read", key, err) || r.Kind != authority.KindSnapshot {
 		return
 	}
 	n.acked("selfagg", key, r.Snapshot, s.OwnershipToken, before, activeVersion(n.s))

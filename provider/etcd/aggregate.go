@@ -540,10 +540,11 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
 	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
+	n.OwnerGen = 0 // a new-owner transition: resolved to this write's revision
 	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
 		// a new owner (or, before TokenFollowsOwner, any new-owner
-		// transition): resolved to this write's revision
-		n.OwnerGen, n.Token = 0, 0
+		// transition) takes a new token too
+		n.Token = 0
 	}
 	t.put(rowKey, n.Encode())
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {

@@ -134,3 +134,6 @@ func SetRemoveIndexPage(t interface{ Cleanup(func()) }, n int) {
 func FinalizeRacing(ctx context.Context, kv clientv3.KV, namespace string, target storeversion.Version, afterRead func()) (FinalizeResult, error) {
 	return finalize(ctx, kv, namespace, target, false, afterRead)
 }
+
+// AnnounceTTLSeconds is the TTL of a store's own announcement lease.
+const AnnounceTTLSeconds = int64(announceTTL / time.Second)

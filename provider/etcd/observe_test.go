@@ -142,6 +142,18 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 		require.GreaterOrEqual(t, trips, 1, "etcd round trips are child spans")
 		require.Equal(t, 1.0, testutil.ToFloat64(failedCompares(t, w.reg).WithLabelValues("row_version")))
 	})
+	// a stale version decided from the row read, without a Txn, counts too
+	t.Run("row_version_without_txn", func(t *testing.T) {
+		w := newSpanWorld(t)
+		key, _ := w.spot(t, "rv-local")
+		// a version the store never cached: it reads the row and answers
+		res, err := w.s1.CompareExchangeAuthority(w.ctx, key, "1", authority.Put([]byte("stale")))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindConflict, res.Kind)
+		compare, _ := w.failedCompare(t, "authority.compare_exchange")
+		require.Equal(t, "row_version", compare)
+		require.Equal(t, 1.0, testutil.ToFloat64(failedCompares(t, w.reg).WithLabelValues("row_version")))
+	})
 	t.Run("owner_lease", func(t *testing.T) {
 		w := newSpanWorld(t)
 		key, snap := w.spot(t, "ol")

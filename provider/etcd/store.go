@@ -90,8 +90,11 @@ type Config struct {
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
-	// SkipVersionCheck skips the server version check of New (not the
-	// store version check: see storeversion).
+	// SkipVersionCheck skips the checks New makes of the server: its
+	// version (ServerWarning), and that the client's etcd user may read and
+	// write the namespace (else New fails with ErrAccessDenied naming the
+	// user, the permission and the prefix). Not the store version check:
+	// see storeversion.
 	SkipVersionCheck bool
 
 	// Role is what the process announces itself as under the namespace
@@ -230,6 +233,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if !cfg.SkipVersionCheck {
 		if err := s.checkServer(ctx); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		if err := s.checkAccess(ctx); err != nil {
 			_ = s.Close()
 			return nil, err
 		}
