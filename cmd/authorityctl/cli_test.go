@@ -547,6 +547,8 @@ func TestParseKind(t *testing.T) {
 	require.Equal(t, exitUsage, exitCode(err))
 }
 
+// TestWatchLive watches from the next revision: a value that is no row is
+// named (detail -) and its removal printed, with the typed feed's kinds.
 func TestWatchLive(t *testing.T) {
 	ctx := context.Background()
 	ns := fmt.Sprintf("/watch-%d/", time.Now().UnixNano())
@@ -563,8 +565,8 @@ func TestWatchLive(t *testing.T) {
 	_, err = testClient.Delete(ctx, ns+"rows/actor/raw")
 	require.NoError(t, err)
 	out := <-done
-	require.Regexp(t, fmt.Sprintf(`%d\s+PUT\s+actor/raw\s+-`, from), out)
-	require.Regexp(t, fmt.Sprintf(`%d\s+DELETE\s+actor/raw`, from+1), out)
+	require.Regexp(t, fmt.Sprintf(`%d\s+CREATED\s+actor/raw\s+-`, from), out)
+	require.Regexp(t, fmt.Sprintf(`%d\s+REMOVED\s+actor/raw`, from+1), out)
 }
 
 // TestDemoBadDataDir: a data directory etcd cannot create is one error line

@@ -116,10 +116,14 @@ var errWatchDone = errors.New("done")
 
 // print writes one change and remembers its revision.
 func (w *watcher) print(ev *clientv3.Event) error {
-	v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT",
+	// the kinds of the typed row feed (authority.FeedEventKind)
+	v := eventView{Revision: ev.Kv.ModRevision, Type: "UPDATED",
 		Key: strings.TrimPrefix(string(ev.Kv.Key), schema.Prefix(w.g.namespace, schema.EntryRow))}
+	if ev.IsCreate() {
+		v.Type = "CREATED"
+	}
 	if ev.Type == clientv3.EventTypeDelete {
-		v.Type = "DELETE"
+		v.Type = "REMOVED"
 	} else if e, err := schema.DecodeEntry(w.g.namespace, ev.Kv); err == nil {
 		rv := viewRow(e.Key, e.Snapshot)
 		v.Row = &rv
