@@ -133,11 +133,14 @@ type PrepareAggregateResult struct {
 // KindAlreadyCommitted, KindStale or KindGenerationExhausted.
 type CommitAggregateResult struct {
 	Kind ResultKind
-	// OwnershipTokens holds, for KindCommitted, the new ownership token
-	// (Snapshot.OwnershipToken) of every participant the commit moved to
-	// the target owner (TransitionNewOwner), by key: the tokens the new
-	// owner fences its effects with. Participants that kept their owner
-	// kept their token and are not listed. Nil for every other kind: after
+	// OwnershipTokens holds, for KindCommitted, the ownership token
+	// (Snapshot.OwnershipToken) of every participant the commit gave to the
+	// target owner (TransitionNewOwner), by key: the tokens the target owner
+	// fences its effects with. The token changes exactly when the owner ID
+	// or the lease generation changes, so a participant that was the
+	// target's already (same owner ID and lease generation) is listed with
+	// its unchanged token. Preserve participants kept their owner and token
+	// and are not listed. Nil for every other kind: after
 	// KindAlreadyCommitted (a retried commit), read the rows.
 	OwnershipTokens map[Key]int64
 }

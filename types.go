@@ -152,16 +152,20 @@ type Snapshot struct {
 	// with every effect outside the store, so that a system receiving the
 	// effect can refuse one from an owner that has since been replaced (see
 	// package fencing). Per key, it is the store-version number of the write
-	// that last changed the row's OwnerID or OwnerLeaseGeneration: a reserve
-	// (also a re-create after a remove), an aggregate commit that moves the
-	// row to a new owner, or a rebind to a new owner lease. So, over the
-	// successive states of one key (across removal and re-creation too):
+	// that last changed the row's OwnerID or OwnerLeaseGeneration. The token
+	// changes exactly when the owner ID or the lease generation changes: a
+	// reserve (also a re-create after a remove), an aggregate newOwner commit
+	// to another owner ID or lease generation, a rebind to a new owner lease.
+	// So, over the successive states of one key (across removal and
+	// re-creation too):
 	//   - it is positive;
 	//   - it strictly increases whenever OwnerID or OwnerLeaseGeneration
 	//     changes, and never repeats for the key;
 	//   - it stays equal across every other write (commit, completion,
-	//     compare-exchange puts and restores, aggregate commits that keep the
-	//     owner).
+	//     compare-exchange puts and restores, an aggregate's preserve
+	//     transition, and its newOwner transition to the row's current owner:
+	//     same owner ID and lease generation; on etcd from store version
+	//     TokenFollowsOwner on).
 	// Tokens of different keys are unrelated. AuthorityOwnerGeneration
 	// cannot serve: a rebind to a new lease does not change it.
 	OwnershipToken int64

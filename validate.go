@@ -297,6 +297,15 @@ func ValidateScanLimit(limit int) error {
 	return nil
 }
 
+// ValidateScanPrefix checks a listing's key prefix: it must not contain NUL
+// (the etcd provider's cursors and key ranges use NUL as a separator).
+func ValidateScanPrefix(prefix string) error {
+	if strings.IndexByte(prefix, 0) >= 0 {
+		return Invalid("Authority scan prefix must not contain NUL.")
+	}
+	return nil
+}
+
 // ValidateOwner checks the owner token given to RemoveAllByOwner.
 func ValidateOwner(owner OwnerToken) error { return RequireText(owner.OwnerID, "owner ID") }
 

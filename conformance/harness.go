@@ -32,8 +32,9 @@ type Harness struct {
 	// Nil when unsupported.
 	ClaimIdentity func(t testing.TB, key authority.Key)
 
-	// AdvanceClock moves the store's clock forward. Nil when the store runs on
-	// the wall clock.
+	// AdvanceClock moves the clock the store reads by d: forward, or back
+	// for a negative d (an NTP step). Nil when the store runs on the wall
+	// clock.
 	AdvanceClock func(t testing.TB, d time.Duration)
 
 	// Now is the store's clock. Required.

@@ -12,15 +12,17 @@ import (
 )
 
 // RunTestOwnershipToken checks Snapshot.OwnershipToken, the fencing token of
-// a row: positive, equal across writes that keep the row's owner and owner
-// lease, strictly greater than every earlier token of the key whenever the
-// owner or lease generation changes (rebind, aggregate move, re-create after
-// a remove), and the same in the results that grant ownership as in the
-// rows read afterwards.
+// a row: positive, changed exactly when the owner ID or the lease generation
+// changes (rebind, aggregate move to another owner, re-create after a
+// remove: strictly greater than every earlier token of the key), equal
+// across every other write (also an aggregate newOwner transition to the
+// row's current owner), and the same in the results that grant ownership as
+// in the rows read afterwards.
 func RunTestOwnershipToken(ctx context.Context, t *testing.T, f Factory) {
 	runSubtests(ctx, t, f, []subtest{
 		{"KeptByWritesOfTheSameOwner", testTokenKept},
 		{"RaisedByRebindMoveAndRecreate", testTokenRaised},
+		{"KeptByNewOwnerTransitionToTheCurrentOwner", testTokenKeptBySelfMove},
 		{"RandomOperationSequences", testTokenProperty},
 	})
 }
@@ -52,6 +54,25 @@ func testTokenKept(t *testing.T, fx *Fixture) {
 	require.Equal(t, tok, fx.MustRow(r.Key).OwnershipToken, "aggregate preserve")
 	require.Equal(t, map[authority.Key]int64{moverKey: fx.MustRow(moverKey).OwnershipToken}, committed.OwnershipTokens,
 		"only the moved participant is listed")
+}
+
+// testTokenKeptBySelfMove commits a newOwner transition whose target is the
+// row's owner already (same owner ID and lease generation, another node): the
+// owner did not change, so neither does the token, and the commit lists it.
+func testTokenKeptBySelfMove(t *testing.T, fx *Fixture) {
+	a := fx.Active(authority.ObjectActor, "self-move", TargetA)
+	key := fx.Key(authority.ObjectActor, "self-move")
+	to := Target(NodeB, NodeLifecycle, OwnerA)
+	fx.SetLive(to, true)
+	move := AggregateRequest("agg-self", 1, to, Capacity(authority.ObjectActor, DefaultStableType),
+		Participant(key, a.StoreVersion, authority.TransitionNewOwner, []byte("self")))
+	committed, err := fx.Store().CommitAggregate(fx.Ctx(), fx.MustPrepare(move))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, committed.Kind)
+	moved := fx.MustRow(key)
+	require.Equal(t, NodeB, moved.Allocation.Descriptor, "the row moved to the target node")
+	require.Equal(t, a.OwnershipToken, moved.OwnershipToken, "same owner and lease: same token")
+	require.Equal(t, map[authority.Key]int64{key: a.OwnershipToken}, committed.OwnershipTokens)
 }
 
 func testTokenRaised(t *testing.T, fx *Fixture) {
@@ -102,7 +123,7 @@ func testTokenProperty(t *testing.T, fx *Fixture) {
 		m.key = fx.Key(authority.ObjectUserSpot, m.id)
 		steps := rapid.IntRange(1, 14).Draw(rt, "steps")
 		for range steps {
-			op := rapid.SampledFrom([]string{"reserve", "commit", "abort", "put", "restore", "rebind", "delete", "move", "keep"}).Draw(rt, "op")
+			op := rapid.SampledFrom([]string{"reserve", "commit", "abort", "put", "restore", "rebind", "delete", "move", "self", "keep"}).Draw(rt, "op")
 			got := m.step(rt, op)
 			m.check(rt, op, got)
 		}
@@ -144,8 +165,8 @@ func (m *tokenModel) step(rt *rapid.T, op string) int64 {
 		if err != nil || res.Kind != authority.KindDeleted {
 			rt.Fatalf("delete: %+v %v", res, err)
 		}
-	case (op == "move" || op == "keep") && active:
-		return m.aggregate(rt, op == "move")
+	case (op == "move" || op == "self" || op == "keep") && active:
+		return m.aggregate(rt, op)
 	}
 	return 0
 }
@@ -170,17 +191,22 @@ func (m *tokenModel) cas(rt *rapid.T, mut authority.Mutation) int64 {
 }
 
 // aggregate commits an aggregate with the row as a participant: moved to
-// the other owner's node (move), or kept where it is while a new row of the
-// other owner moves in next to it (an aggregate moves at least one row).
-func (m *tokenModel) aggregate(rt *rapid.T, move bool) int64 {
+// the other owner's node (move), a newOwner transition to its own owner
+// (self), or kept where it is while a new row of the other owner moves in
+// next to it (keep; an aggregate moves at least one row).
+func (m *tokenModel) aggregate(rt *rapid.T, op string) int64 {
 	m.moves++
 	onB := m.last.OwnerID == OwnerB.OwnerID
 	transition := authority.TransitionPreserve
 	parts := []authority.AggregateParticipant{}
-	if move {
+	move := op != "keep"
+	switch op {
+	case "move":
 		onB = !onB
 		transition = authority.TransitionNewOwner
-	} else {
+	case "self":
+		transition = authority.TransitionNewOwner
+	default:
 		id := fmt.Sprintf("%s-mover-%d", m.id, m.moves)
 		mover := m.fx.Active(authority.ObjectUserSpot, id, m.target(rt, !onB))
 		parts = append(parts, Participant(m.fx.Key(authority.ObjectUserSpot, id), mover.StoreVersion, authority.TransitionNewOwner, []byte("mover")))

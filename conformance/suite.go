@@ -37,6 +37,7 @@ func RunAll(ctx context.Context, t *testing.T, f Factory) {
 		{"Retention", RunTestRetention},
 		{"GenerationExhausted", RunTestGenerationExhausted},
 		{"OwnershipToken", RunTestOwnershipToken},
+		{"ClockStepBack", RunTestClockStepBack},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(ctx, t, f) })

@@ -34,7 +34,7 @@ func (c *UserSpotCoordinator) Close(ctx context.Context, spot SpotRef, closeOwne
 	if err != nil {
 		return false, err
 	}
-	read, err := c.opts.Store.ReadAuthority(ctx, key)
+	read, err := c.read(ctx, key)
 	if err != nil {
 		return false, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
 	}
@@ -107,7 +107,7 @@ func (c *UserSpotCoordinator) HandleRemoteClose(ctx context.Context, req RemoteC
 	if err != nil {
 		return false, err
 	}
-	read, err := c.opts.Store.ReadAuthority(ctx, key)
+	read, err := c.read(ctx, key)
 	if err != nil {
 		return false, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/coordinator"
 	"github.com/zlink-systems/authority/provider/memory"
+	"github.com/zlink-systems/authority/view"
 )
 
 var (
@@ -33,6 +35,37 @@ type Harness struct {
 	Now func() time.Time
 	// Relocation is a relocation store; nil skips the Instance scenarios.
 	Relocation authority.RelocationStore
+	// Reader, when set, answers the Instance authority's reads
+	// (InstanceOptions.Reader).
+	Reader coordinator.RowReader
+}
+
+// withView answers the scenarios' row reads from a local read view of the
+// store (consistent reads): the Instance authority through
+// InstanceOptions.Reader, the User Spot coordinators through a store whose
+// ReadAuthority is the view's.
+func withView(f Factory) Factory {
+	return func(t *testing.T) *Harness {
+		h := f(t)
+		v, err := view.New(context.Background(), h.Store.(view.Store), view.Config{})
+		if err != nil {
+			t.Fatalf("view: %v", err)
+		}
+		t.Cleanup(func() { _ = v.Close() })
+		h.Reader = v
+		h.Store = viewReads{Store: h.Store, v: v}
+		return h
+	}
+}
+
+// viewReads is a store whose row reads a view answers.
+type viewReads struct {
+	authority.Store
+	v *view.View
+}
+
+func (s viewReads) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
+	return s.v.ReadAuthority(ctx, key)
 }
 
 // Factory returns a fresh harness, registering its cleanup with t.

@@ -159,6 +159,9 @@ type CommitOutcome struct {
 type InstanceOptions struct {
 	// Store is the authority store. Required.
 	Store CreationStore
+	// Reader answers the authority's row reads (nil: Store), for example a
+	// local read view of the Instance Spot rows (package view).
+	Reader RowReader
 	// Relocation stores recovery envelopes. Required for Reserve.
 	Relocation authority.RelocationStore
 	// MeshName is this node's mesh. Required.
@@ -223,7 +226,7 @@ func (a *InstanceActivationAuthority) Read(ctx context.Context, target Activatio
 	if err != nil {
 		return AuthorityRead{}, err
 	}
-	cur, err := a.opts.Store.ReadAuthority(ctx, key)
+	cur, err := a.read(ctx, key)
 	if err != nil {
 		return AuthorityRead{}, failure(ctx, KindRequestFailed, "Instance authority read failed.", err)
 	}
@@ -438,7 +441,7 @@ func (a *InstanceActivationAuthority) Resume(ctx context.Context, target Activat
 	if err != nil {
 		return ActivationReservation{}, err
 	}
-	cur, err := a.opts.Store.ReadAuthority(ctx, key)
+	cur, err := a.read(ctx, key)
 	if err != nil {
 		return ActivationReservation{}, failure(ctx, KindRequestFailed, "Instance authority read failed.", err)
 	}
@@ -527,7 +530,7 @@ func (a *InstanceActivationAuthority) Commit(ctx context.Context, target Activat
 	if err != nil {
 		return CommitOutcome{}, err
 	}
-	cur, err := a.opts.Store.ReadAuthority(ctx, key)
+	cur, err := a.read(ctx, key)
 	if err != nil {
 		return CommitOutcome{}, failure(ctx, KindRequestFailed, "Instance authority read failed.", err)
 	}
@@ -550,7 +553,7 @@ func (a *InstanceActivationAuthority) Complete(ctx context.Context, target Activ
 	if err != nil {
 		return RouteFence{}, err
 	}
-	read, err := a.opts.Store.ReadAuthority(ctx, key)
+	read, err := a.read(ctx, key)
 	if err != nil {
 		return RouteFence{}, failure(ctx, KindRequestFailed, "Instance authority read failed.", err)
 	}
@@ -692,7 +695,7 @@ func (a *InstanceActivationAuthority) awaitConcurrentActivation(ctx context.Cont
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for {
-		cur, err := a.opts.Store.ReadAuthority(wctx, key)
+		cur, err := a.read(wctx, key)
 		if err != nil {
 			if wctx.Err() != nil && ctx.Err() == nil {
 				break
@@ -725,7 +728,7 @@ func (a *InstanceActivationAuthority) awaitClosingRelease(ctx context.Context, k
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for {
-		cur, err := a.opts.Store.ReadAuthority(wctx, key)
+		cur, err := a.read(wctx, key)
 		if err != nil {
 			if wctx.Err() != nil && ctx.Err() == nil {
 				break

@@ -39,7 +39,7 @@ func newInstanceEnv(t *testing.T, f Factory) *instanceEnv {
 func (e *instanceEnv) authority(t *testing.T, configure ...func(*coordinator.InstanceOptions)) *coordinator.InstanceActivationAuthority {
 	t.Helper()
 	opts := coordinator.InstanceOptions{
-		Store: e.store, Relocation: e.blobs, MeshName: "mesh",
+		Store: e.store, Reader: e.h.Reader, Relocation: e.blobs, MeshName: "mesh",
 		Owner: func() (authority.OwnerToken, bool) { return ownerA, true },
 	}
 	for _, c := range configure {

@@ -149,7 +149,7 @@ func (c *UserSpotCoordinator) materializeRemoteCreate(ctx context.Context, req R
 	if err != nil {
 		return CreateResult{}, err
 	}
-	read, err := c.opts.Store.ReadAuthority(ctx, key)
+	read, err := c.read(ctx, key)
 	if err != nil {
 		return CreateResult{}, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
 	}

@@ -17,10 +17,12 @@ import (
 )
 
 // TestScenariosMemory runs every coordinator scenario on the memory provider,
-// with its change feed and without it (polling).
+// with its change feed, without it (polling), and with reads from a local
+// read view.
 func TestScenariosMemory(t *testing.T) {
 	t.Run("feed", func(t *testing.T) { runScenarios(t, memoryFactory) })
 	t.Run("poll", func(t *testing.T) { runScenarios(t, withoutChangeFeed(memoryFactory)) })
+	t.Run("view", func(t *testing.T) { runScenarios(t, withView(memoryFactory)) })
 }
 
 // runScenarios runs the User Spot and Instance scenarios against stores made

@@ -122,6 +122,10 @@ type ReadyRoute struct {
 type UserSpotOptions struct {
 	// Store is the authority store. Required.
 	Store CreationStore
+	// Reader answers the coordinator's row reads, its route reads among
+	// them (nil: Store), for example a local read view of the User Spot rows
+	// (package view).
+	Reader RowReader
 	// Placement chooses targets. Required for GetOrCreate.
 	Placement PlacementFunc
 	// Transport carries creations to remote targets. Optional.
@@ -369,7 +373,7 @@ func (c *UserSpotCoordinator) awaitReady(ctx context.Context, req CreateRequest)
 		if err := ctx.Err(); err != nil {
 			return SpotRef{}, err
 		}
-		cur, err := c.opts.Store.ReadAuthority(ctx, key)
+		cur, err := c.read(ctx, key)
 		if err != nil {
 			return SpotRef{}, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
 		}

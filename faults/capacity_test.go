@@ -19,7 +19,9 @@ import (
 )
 
 const (
-	// capacityRun is how long the reservers of the capacity test run.
+	// capacityRun is how long the reservers of the capacity test run at
+	// least; they keep going until the node was filled under both faults
+	// (keepGoing).
 	capacityRun = 8 * time.Second
 	// capacityLimit is the node's Actor limit; capacityWorkers reserve
 	// against it, each holding at most one place at a time.
@@ -58,8 +60,13 @@ func TestCapacityExactUnderFaults(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed=%d", seed)
 	nem := newNemesis(c, seed)
-	ctx, cancel := context.WithTimeout(context.Background(), capacityRun)
-	defer cancel()
+	var admitted, exhausted, failed atomic.Int64
+	run := keepGoing(capacityRun, func() bool {
+		faults, _ := nem.injected()
+		return admitted.Load() > 0 && exhausted.Load() > 0 && faults >= 2
+	})
+	defer run.stop()
+	ctx := run.ctx
 	nemErr := make(chan error, 1)
 	go func() {
 		nemErr <- nem.cycle(ctx, 700*time.Millisecond,
@@ -67,7 +74,6 @@ func TestCapacityExactUnderFaults(t *testing.T) {
 			func(ctx context.Context) error { return nem.partition(ctx, "blackhole", time.Second) },
 		)
 	}()
-	var admitted, exhausted, failed atomic.Int64
 	var wg sync.WaitGroup
 	for w := range capacityWorkers {
 		wg.Add(1)
@@ -103,11 +109,12 @@ func TestCapacityExactUnderFaults(t *testing.T) {
 	if err := <-nemErr; err != nil {
 		t.Fatalf("nemesis: %v", err)
 	}
+	_, ran := run.report()
 	waitHealthy(t, c)
 	faults, kinds := nem.injected()
 	peak := requireNeverOverAdmitted(t, cli, ns, startRev)
-	t.Logf("capacity: limit=%d workers=%d admitted=%d exhausted=%d failed=%d peak=%d faults=%d (%s)",
-		capacityLimit, capacityWorkers, admitted.Load(), exhausted.Load(), failed.Load(), peak, faults, kinds)
+	t.Logf("capacity: ran %.1fs (planned %v) limit=%d workers=%d admitted=%d exhausted=%d failed=%d peak=%d faults=%d (%s)",
+		ran.Seconds(), capacityRun, capacityLimit, capacityWorkers, admitted.Load(), exhausted.Load(), failed.Load(), peak, faults, kinds)
 	if admitted.Load() == 0 || exhausted.Load() == 0 || peak != capacityLimit {
 		t.Errorf("the run never filled the node: it tests nothing")
 	}

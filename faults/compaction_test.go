@@ -21,8 +21,14 @@ import (
 )
 
 const (
-	// compactionRun is how long the workload runs (AUTHORITY_SOAK: longer).
+	// compactionRun is how long the workload runs at least (AUTHORITY_SOAK:
+	// longer); it keeps going until it exercised every part of the scenario
+	// (keepGoing).
 	compactionRun = 12 * time.Second
+	// compactionPause is the pause between compactions while listings
+	// complete; while none has, the pause is twice the longest listing the
+	// run measured, so one can.
+	compactionPause = 150 * time.Millisecond
 	// compactionStable and compactionChurn are the listed rows: the stable
 	// ones never change, the churned ones are rewritten all the time.
 	compactionStable, compactionChurn = 48, 16
@@ -38,6 +44,21 @@ type compactionStats struct {
 	compactions, defrags                 atomic.Int64
 	watchChanges, rereads, missed        atomic.Int64
 	admitted, exhausted                  atomic.Int64
+	// longestListing and slowestRead (ns) are measured by the run: the
+	// compactor's pause and the waits' tolerance derive from them
+	longestListing, slowestRead atomic.Int64
+}
+
+// exercised reports whether the run saw every part of its scenario.
+func (s *compactionStats) exercised() bool {
+	return s.compactions.Load() >= 3 && s.listings.Load() > 0 && s.expired.Load() > 0 &&
+		s.watchChanges.Load() > 0 && s.admitted.Load() > 0
+}
+
+// raise sets *a to v when v is larger.
+func raise(a *atomic.Int64, v int64) {
+	for cur := a.Load(); v > cur && !a.CompareAndSwap(cur, v); cur = a.Load() {
+	}
 }
 
 // TestCompactionDuringListingsAndWatches: while rows are rewritten and
@@ -67,13 +88,14 @@ func TestCompactionDuringListingsAndWatches(t *testing.T) {
 	hist := startKeyHistory(t, cli, ns)
 
 	stable, churn := placeCompactionRows(t, admin, rowOwner)
-	run := compactionRun
+	planned := compactionRun
 	if soak() {
-		run = time.Minute
+		planned = time.Minute
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), run)
-	defer cancel()
 	var stats compactionStats
+	run := keepGoing(planned, stats.exercised)
+	defer run.stop()
+	ctx := run.ctx
 	var wg sync.WaitGroup
 	spawn := func(fn func()) { wg.Add(1); go func() { defer wg.Done(); fn() }() }
 	spawn(func() { compactLoop(ctx, t, c, cli, hist, &stats) })
@@ -86,19 +108,22 @@ func TestCompactionDuringListingsAndWatches(t *testing.T) {
 		spawn(func() { reserveActors(ctx, t, stores[w%len(stores)], actorOwner, w, &stats) })
 	}
 	wg.Wait()
+	exercised, ran := run.report()
 	waitHealthy(t, c)
 	peak := hist.stop(t)
 	requireExactCapacity(t, admin, stores, actorOwner)
-	t.Logf("compaction: listings=%d torn=%d scan-expired=%d watch-changes=%d rereads=%d missed=%d over-admitted=%d "+
-		"(compactions=%d defrags=%d page-retries=%d admitted=%d exhausted=%d peak=%d)",
-		stats.listings.Load(), stats.torn.Load(), stats.expired.Load(), stats.watchChanges.Load(), stats.rereads.Load(),
+	t.Logf("compaction: ran %.1fs (planned %v) listings=%d torn=%d scan-expired=%d watch-changes=%d rereads=%d missed=%d over-admitted=%d "+
+		"(compactions=%d defrags=%d page-retries=%d admitted=%d exhausted=%d peak=%d longest-listing=%v slowest-read=%v)",
+		ran.Seconds(), planned, stats.listings.Load(), stats.torn.Load(), stats.expired.Load(), stats.watchChanges.Load(), stats.rereads.Load(),
 		stats.missed.Load(), max(0, peak-compactionLimit), stats.compactions.Load(), stats.defrags.Load(),
-		stats.pageRetries.Load(), stats.admitted.Load(), stats.exhausted.Load(), peak)
+		stats.pageRetries.Load(), stats.admitted.Load(), stats.exhausted.Load(), peak,
+		time.Duration(stats.longestListing.Load()), time.Duration(stats.slowestRead.Load()))
 	if stats.torn.Load() != 0 || stats.missed.Load() != 0 || peak > compactionLimit {
 		t.Errorf("torn=%d missed=%d peak=%d (limit %d)", stats.torn.Load(), stats.missed.Load(), peak, compactionLimit)
 	}
-	if stats.compactions.Load() < 3 || stats.listings.Load() == 0 || stats.expired.Load() == 0 || stats.watchChanges.Load() == 0 || stats.admitted.Load() == 0 {
-		t.Errorf("the run did not exercise compaction against completed and expired listings, waits and reservations")
+	if !exercised {
+		t.Errorf("in %.1fs (%d× the planned %v) the run did not exercise compaction against completed and expired listings, waits and reservations",
+			ran.Seconds(), exerciseBound, planned)
 	}
 }
 
@@ -123,9 +148,16 @@ func placeCompactionRows(t *testing.T, st *etcdstore.Store, tgt authority.Creati
 
 // compactLoop compacts to the current revision (once the history watch has
 // seen it, so the independent record stays whole) and defragments every
-// member, again and again.
+// member, again and again: compactionPause apart, or, while no listing has
+// completed, twice the longest listing measured apart.
 func compactLoop(ctx context.Context, t *testing.T, c *etcdcluster.Cluster, cli *clientv3.Client, hist *keyHistory, stats *compactionStats) {
-	for sleepCtx(ctx, 150*time.Millisecond) {
+	pause := func() time.Duration {
+		if stats.listings.Load() > 0 {
+			return compactionPause
+		}
+		return max(compactionPause, 2*time.Duration(stats.longestListing.Load()))
+	}
+	for sleepCtx(ctx, pause()) {
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
 		resp, err := cli.Get(rctx, "compaction-probe")
 		cancel()
@@ -171,6 +203,7 @@ func listLoop(ctx context.Context, t *testing.T, st *etcdstore.Store, stable map
 		var items []authority.ScanItem
 		cursor := authority.ScanCursor("")
 		expired := false
+		began := time.Now()
 		for ctx.Err() == nil {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			page, err := st.ListAuthorities(octx, prefix, cursor, compactionPage)
@@ -193,6 +226,7 @@ func listLoop(ctx context.Context, t *testing.T, st *etcdstore.Store, stable map
 			}
 			sleepCtx(ctx, 15*time.Millisecond) // let a compaction in between
 		}
+		raise(&stats.longestListing, int64(time.Since(began)))
 		switch {
 		case expired:
 			stats.expired.Add(1)
@@ -246,13 +280,19 @@ func compactionRowKey(key authority.Key) string {
 
 // waitLoop waits for changes of key with WaitForChange until ctx ends. A
 // wait that times out while the independent watch saw the row change well
-// before the timeout missed a change.
+// before the timeout missed a change: more than half the wait before, and
+// the wait is at least 2 s and 8 times the slowest read the run measured,
+// so a loaded machine's slow delivery is not taken for a miss.
 func waitLoop(ctx context.Context, t *testing.T, st *etcdstore.Store, key authority.Key, hist *keyHistory, stats *compactionStats) {
-	const wait = 2 * time.Second
 	for ctx.Err() == nil {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		began := time.Now()
 		r, err := st.ReadAuthority(octx, key)
 		cancel()
+		if err == nil {
+			raise(&stats.slowestRead, int64(time.Since(began)))
+		}
+		wait := max(2*time.Second, 8*time.Duration(stats.slowestRead.Load()))
 		if err != nil || r.Kind != authority.KindSnapshot {
 			continue
 		}

@@ -110,24 +110,34 @@ func (h *keyHistory) capacity(ev *clientv3.Event) {
 	}
 }
 
-// reached asks the watch for its progress and reports whether it recorded
-// every change up to rev within a second.
+// reached reports whether the watch recorded every change up to rev
+// before ctx ended, asking it for its progress every second meanwhile (a
+// loaded machine can take longer than any fixed wait).
 func (h *keyHistory) reached(ctx context.Context, rev int64) bool {
-	_ = h.cli.RequestProgress(h.wctx)
-	timeout := time.After(time.Second)
 	for {
-		h.mu.Lock()
-		ok, ch := h.progress >= rev, h.advanced
-		h.mu.Unlock()
-		if ok {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-timeout:
-			return false
-		case <-ctx.Done():
-			return false
+		_ = h.cli.RequestProgress(h.wctx)
+		timeout := time.NewTimer(time.Second)
+		for again := false; !again; {
+			h.mu.Lock()
+			ok, ch := h.progress >= rev, h.advanced
+			h.mu.Unlock()
+			if ok {
+				timeout.Stop()
+				return true
+			}
+			select {
+			case <-ch:
+			case <-timeout.C:
+				again = true
+			case <-ctx.Done():
+				timeout.Stop()
+				return false
+			case <-h.done: // the watch ended: it records nothing more
+				timeout.Stop()
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return h.progress >= rev
+			}
 		}
 	}
 }
@@ -175,9 +185,7 @@ func (h *keyHistory) stop(t *testing.T) int64 {
 		}
 		return err
 	})
-	ctx := settle(t)
-	for !h.reached(ctx, rev) && ctx.Err() == nil {
-	}
+	h.reached(settle(t), rev)
 	h.cancel()
 	<-h.done
 	h.mu.Lock()

@@ -21,7 +21,9 @@ import (
 )
 
 const (
-	// churnRun is how long leaders are churned (AUTHORITY_SOAK: longer).
+	// churnRun is how long leaders are churned at least (AUTHORITY_SOAK:
+	// longer); it keeps going until leaders changed with leases lost and
+	// writes acknowledged (keepGoing).
 	churnRun = 16 * time.Second
 	// churnOwnerTTL is the owners' lease TTL; a leader paused for
 	// churnPause is longer than that, so the owner talking only to it loses
@@ -75,19 +77,30 @@ func TestLeaderChurnOwnerLeases(t *testing.T) {
 		t.Fatal("no probe lease")
 	}
 
-	run := churnRun
+	planned := churnRun
 	if soak() {
-		run = 2 * time.Minute
+		planned = 2 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), run)
-	defer cancel()
+	var changes atomic.Int64
+	run := keepGoing(planned, func() bool {
+		lost, acks := 0, 0
+		for _, o := range owners {
+			l, a := o.progress()
+			lost, acks = lost+l, acks+a
+		}
+		return changes.Load() >= 3 && lost > 0 && acks > 0
+	})
+	defer run.stop()
+	ctx := run.ctx
 	var wg sync.WaitGroup
 	for _, o := range owners {
 		wg.Add(1)
 		go func() { defer wg.Done(); o.run(ctx, t) }()
 	}
-	elections, maxExt := churnLeaders(ctx, t, c, probe)
+	maxExt := churnLeaders(ctx, t, c, probe, &changes)
 	wg.Wait()
+	_, ran := run.report()
+	elections := int(changes.Load())
 	waitHealthy(t, c)
 
 	after, late, lost, acks := 0, 0, 0, 0
@@ -100,8 +113,8 @@ func TestLeaderChurnOwnerLeases(t *testing.T) {
 		a, l, n, k := o.check(t, exp)
 		after, late, lost, acks = after+a, late+l, lost+n, acks+k
 	}
-	t.Logf("leader-churn: elections=%d writes-after-deadline=%d max-lease-extension=%.1fs (a %v lease with no keep-alive outlived its TTL by up to %.1fs, expired %d times; done-after-expiry=%d leases-lost=%d acked-writes=%d)",
-		elections, after, maxExt.Seconds(), churnProbeTTL, probe.outlived.Seconds(), probe.expired, late, lost, acks)
+	t.Logf("leader-churn: ran %.1fs (planned %v) elections=%d writes-after-deadline=%d max-lease-extension=%.1fs (a %v lease with no keep-alive outlived its TTL by up to %.1fs, expired %d times; done-after-expiry=%d leases-lost=%d acked-writes=%d)",
+		ran.Seconds(), planned, elections, after, maxExt.Seconds(), churnProbeTTL, probe.outlived.Seconds(), probe.expired, late, lost, acks)
 	if after != 0 || late != 0 {
 		t.Errorf("writes-after-deadline=%d done-after-expiry=%d", after, late)
 	}
@@ -208,6 +221,14 @@ func (o *churnOwner) write(ctx context.Context, l *etcdstore.OwnerLease, payload
 	o.mu.Unlock()
 }
 
+// progress returns how many leases the owner lost and how many of its
+// writes were acknowledged so far.
+func (o *churnOwner) progress() (lost, acks int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.doneAt), len(o.acks)
+}
+
 // check counts the owner's acknowledged writes applied after etcd expired
 // their lease, and its lost leases whose
 // Done closed only after etcd expired them. It returns those two counts,
@@ -282,15 +303,14 @@ func (p *churnProbe) ttl(ctx context.Context) (time.Duration, time.Time, bool) {
 // churnLeaders changes the leader until ctx ends, alternately moving it and
 // pausing it for churnPause, and measures how each change extended the
 // probe lease (its remaining TTL after the change, less what it would have
-// had without one). It returns the number of leader changes and the
-// largest extension.
-func churnLeaders(ctx context.Context, t *testing.T, c *etcdcluster.Cluster, probe *churnProbe) (int, time.Duration) {
-	elections := 0
+// had without one). It counts the leader changes in elections and returns
+// the largest extension.
+func churnLeaders(ctx context.Context, t *testing.T, c *etcdcluster.Cluster, probe *churnProbe, elections *atomic.Int64) time.Duration {
 	var maxExt time.Duration
 	for round := 0; sleepCtx(ctx, 500*time.Millisecond); round++ {
 		leader, err := c.Leader(ctx)
 		if err != nil {
-			return elections, maxExt
+			return maxExt
 		}
 		before, at, ok := probe.ttl(ctx)
 		if round%2 == 0 {
@@ -298,7 +318,7 @@ func churnLeaders(ctx context.Context, t *testing.T, c *etcdcluster.Cluster, pro
 		} else {
 			if err := c.Pause(leader); err != nil {
 				t.Errorf("pause: %v", err)
-				return elections, maxExt
+				return maxExt
 			}
 			sleepCtx(ctx, churnPause)
 			if err := c.Resume(leader); err != nil {
@@ -312,13 +332,13 @@ func churnLeaders(ctx context.Context, t *testing.T, c *etcdcluster.Cluster, pro
 			t.Fatalf("after a leader change: %v", err)
 		}
 		if next, err := c.Leader(context.Background()); err == nil && next != leader {
-			elections++
+			elections.Add(1)
 		}
 		if after, at2, ok2 := probe.ttl(context.Background()); ok && ok2 {
 			maxExt = max(maxExt, after-(before-at2.Sub(at)))
 		}
 	}
-	return elections, maxExt
+	return maxExt
 }
 
 // moveLeader asks leader to hand leadership to the next member.

@@ -16,6 +16,8 @@ import (
 )
 
 // linRun is how long the clients of the linearizability test run.
+// linRun is how long the workload runs at least; it keeps going until the
+// nemesis injected both faults and a write was acknowledged (keepGoing).
 const linRun = 12 * time.Second
 
 // TestLinearizableUnderFaults runs 8 clients over 3 keys (CAS put/delete,
@@ -27,7 +29,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	const ns = "/faults/lin/"
 	admin := newStore(t, cli, ns)
 	newClientStore := func() *etcdstore.Store { return newStore(t, c.Client(t), ns) }
-	linearizableUnderFaults(t, c, admin, newClientStore, 3)
+	linearizableUnderFaults(t, c, admin, newClientStore, 3, nil)
 }
 
 // TestLinearizableUnderFaultsBatched is the same with the 8 clients sharing
@@ -45,7 +47,8 @@ func TestLinearizableUnderFaultsBatched(t *testing.T) {
 		t.Fatalf("new store: %v", err)
 	}
 	t.Cleanup(func() { _ = shared.Close() })
-	linearizableUnderFaults(t, c, admin, func() *etcdstore.Store { return shared }, 8)
+	linearizableUnderFaults(t, c, admin, func() *etcdstore.Store { return shared }, 8,
+		func() bool { return shared.WriteStats().BatchedWrites > 0 })
 	st := shared.WriteStats()
 	t.Logf("batching: txns=%d batches=%d batched-writes=%d fallbacks=%d", st.Txns, st.Batches, st.BatchedWrites, st.Fallbacks)
 	if st.BatchedWrites == 0 {
@@ -53,7 +56,10 @@ func TestLinearizableUnderFaultsBatched(t *testing.T) {
 	}
 }
 
-func linearizableUnderFaults(t *testing.T, c *etcdcluster.Cluster, admin *etcdstore.Store, newClientStore func() *etcdstore.Store, keys int) {
+// linearizableUnderFaults runs the workload over keys and checks its
+// history; exercised (nil: nothing) is what else the run must have done
+// before it may end.
+func linearizableUnderFaults(t *testing.T, c *etcdcluster.Cluster, admin *etcdstore.Store, newClientStore func() *etcdstore.Store, keys int, exercised func() bool) {
 	tgt := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, authority.OwnerToken{OwnerID: "lin-owner", LeaseGeneration: 1})
 	markLive(t, admin, tgt, ownerTTL)
 
@@ -62,8 +68,12 @@ func linearizableUnderFaults(t *testing.T, c *etcdcluster.Cluster, admin *etcdst
 	w := newWorkload(t, newClientStore, tgt, 8, keyNames("lin-", keys), seed)
 	nem := newNemesis(c, seed)
 
-	ctx, cancel := context.WithTimeout(context.Background(), linRun)
-	defer cancel()
+	run := keepGoing(linRun, func() bool {
+		faults, _ := nem.injected()
+		return faults >= 2 && w.stats.writesAcked.Load() > 0 && (exercised == nil || exercised())
+	})
+	defer run.stop()
+	ctx := run.ctx
 	nemErr := make(chan error, 1)
 	go func() {
 		nemErr <- nem.cycle(ctx, 700*time.Millisecond,
@@ -75,6 +85,8 @@ func linearizableUnderFaults(t *testing.T, c *etcdcluster.Cluster, admin *etcdst
 	if err := <-nemErr; err != nil {
 		t.Fatalf("nemesis: %v", err)
 	}
+	_, ran := run.report()
+	t.Logf("ran %.1fs (planned %v)", ran.Seconds(), linRun)
 
 	h, n := w.rec.history()
 	ok := lin.Check(t, h)

@@ -13,5 +13,5 @@ func TestMain(m *testing.M) {
 	runPausedOwnerIfRequested()
 	runDownstreamWriterIfRequested()
 	runFailoverNodeIfRequested()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeUpgradeBuilds() }))
 }

@@ -36,14 +36,24 @@ func TestPausedOwnerProcessIsFenced(t *testing.T) {
 	if soak() {
 		trials = 10
 	}
-	for trial := range trials {
-		mode := []string{"rebind", "remove"}[trial%2]
-		w, a := pausedOwnerTrial(t, c, cli, st, ns, fmt.Sprintf("t%d", trial), mode)
+	// a trial whose lease expired too soon after the pause (a loaded machine
+	// delayed the renewal before it) is checked but not counted: more run,
+	// up to exerciseBound times as many
+	ran, paused := 0, 0
+	for ; paused < trials && ran < exerciseBound*trials; ran++ {
+		mode := []string{"rebind", "remove"}[ran%2]
+		w, a, ok := pausedOwnerTrial(t, c, cli, st, ns, fmt.Sprintf("t%d", ran), mode)
 		afterWake, applied = afterWake+w, applied+a
+		if ok {
+			paused++
+		}
 	}
-	t.Logf("paused-owner: trials=%d writes-after-wake=%d applied=%d", trials, afterWake, applied)
+	t.Logf("paused-owner: trials=%d (paused past a renewal: %d of %d planned) writes-after-wake=%d applied=%d", ran, paused, trials, afterWake, applied)
 	if applied != 0 {
 		t.Errorf("%d writes of a paused owner applied after its lease expired", applied)
+	}
+	if paused < trials {
+		t.Errorf("in %d trials only %d paused the owner long enough to miss a renewal", ran, paused)
 	}
 }
 
@@ -58,9 +68,11 @@ const pausedOwnerTTL = 2 * time.Second
 const pausedOwnerMinWrites = 8
 
 // pausedOwnerTrial runs one owner process through a pause and a takeover.
-// It returns how many writes the owner tried after waking and how many of
-// its writes applied after its lease expired.
-func pausedOwnerTrial(t *testing.T, c *etcdcluster.Cluster, cli *clientv3.Client, st *etcdstore.Store, ns, tag, mode string) (int, int) {
+// It returns how many writes the owner tried after waking, how many of its
+// writes applied after its lease expired, and whether the pause outlasted
+// half the TTL before the lease expired (so a renewal was missed, not only
+// delayed before the pause).
+func pausedOwnerTrial(t *testing.T, c *etcdcluster.Cluster, cli *clientv3.Client, st *etcdstore.Store, ns, tag, mode string) (int, int, bool) {
 	t.Helper()
 	owner := startPausedOwner(t, pausedOwnerConfig{Endpoints: c.Endpoints(), Namespace: ns, Tag: tag, TTL: pausedOwnerTTL})
 	old := authority.OwnerToken{OwnerID: owner.ready.OwnerID, LeaseGeneration: owner.ready.Generation}
@@ -72,8 +84,9 @@ func pausedOwnerTrial(t *testing.T, c *etcdcluster.Cluster, cli *clientv3.Client
 	owner.signal(t, syscall.SIGSTOP)
 	expiryRev := <-expiry
 	waitExpired(t, st, oldTgt)
-	if time.Since(stopped) <= pausedOwnerTTL/2 {
-		t.Fatalf("the lease expired %v after the pause, before a renewal could have been missed", time.Since(stopped))
+	exercised := time.Since(stopped) > pausedOwnerTTL/2
+	if !exercised {
+		t.Logf("%s: the lease expired %v after the pause, before a renewal could have been missed", tag, time.Since(stopped))
 	}
 
 	// the takeover, by the store's protocol
@@ -120,7 +133,7 @@ func pausedOwnerTrial(t *testing.T, c *etcdcluster.Cluster, cli *clientv3.Client
 	for _, a := range applied {
 		t.Errorf("%s/%s: a write of the paused owner applied at revision %d, after its lease expired at %d: %s", tag, mode, a.rev, expiryRev, a.what)
 	}
-	return len(writes), max(len(applied), reported)
+	return len(writes), max(len(applied), reported), exercised
 }
 
 // watchLivenessDelete watches the liveness key of owner and sends the

@@ -74,8 +74,12 @@ type workerStats struct {
 // linClient is one client of the linearizability workload: its own etcd
 // client and store, one operation at a time.
 type linClient struct {
-	id    int
-	st    *etcdstore.Store
+	id int
+	st *etcdstore.Store
+	// reader answers the client's reads (nil: st).
+	reader interface {
+		ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error)
+	}
 	tgt   authority.CreationTarget
 	keys  []string // global IDs of user_spot rows
 	rec   *recorder
@@ -114,7 +118,13 @@ func (c *linClient) step(parent context.Context) {
 	switch {
 	case p < 6: // read
 		op := c.rec.call(c.id, lin.Input{Op: lin.OpRead, Key: id})
-		res, err := c.st.ReadAuthority(ctx, key)
+		var res authority.ReadResult
+		var err error
+		if c.reader != nil {
+			res, err = c.reader.ReadAuthority(ctx, key)
+		} else {
+			res, err = c.st.ReadAuthority(ctx, key)
+		}
 		if err != nil {
 			c.rec.discard(op) // a read changes nothing
 			return

@@ -17,6 +17,7 @@ import (
 //	baseline:    BEGIN; INSERT; COMMIT
 //	same-object: BEGIN; Check (one object, the owner's token each time); INSERT; COMMIT
 //	new-object:  BEGIN; Check (a new object each time: an insert into the fence); INSERT; COMMIT
+//	bound-same-object: same-object with a guard bound to a cluster (ForCluster: one more statement)
 func BenchmarkCheck(b *testing.B) {
 	db := openDB(b)
 	ctx := context.Background()
@@ -53,5 +54,14 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	b.Run("new-object", func(b *testing.B) {
 		run(b, func(tx *sql.Tx, i int) error { return g.Check(ctx, tx, fmt.Sprintf("actor/%s/%d", b.Name(), i), 1) })
+	})
+	// a table of its own: a bound guard makes its table follow its cluster
+	other, err := fencing.NewGuard(fencing.PostgreSQL, tableFor(b, "fence_bound"))
+	require.NoError(b, err)
+	require.NoError(b, other.Init(ctx, db))
+	bound, err := other.ForCluster("cdf818194e3a8c32")
+	require.NoError(b, err)
+	b.Run("bound-same-object", func(b *testing.B) {
+		run(b, func(tx *sql.Tx, i int) error { return bound.Check(ctx, tx, "actor/bench", 7) })
 	})
 }

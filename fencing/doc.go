@@ -79,6 +79,18 @@
 // The Guard speaks PostgreSQL through any database/sql driver (tested with
 // github.com/jackc/pgx/v5/stdlib against a real server).
 //
+// # A new cluster: ForCluster and Adopt
+//
+// Tokens only rise within one etcd cluster: a new cluster, a restore under a
+// new cluster token or a copy of the namespace to another cluster hands out
+// low tokens again. Bind the guard to the cluster the tokens come from,
+// guard.ForCluster(clusterID) with the etcd store's Store.ClusterID: the
+// fence table then follows that cluster and refuses a token of another one
+// with ErrOtherCluster instead of calling it stale. When the cluster really
+// was replaced, Guard.Adopt makes the table follow the new one, dropping the
+// old tokens under a table lock; from then on a writer of the old cluster is
+// refused whatever its token (docs/operations.md gives the procedure).
+//
 // # Elsewhere: Verifier
 //
 // Verifier is the same rule for any resource. What makes it a fence is that

@@ -32,3 +32,34 @@ func (e *StaleTokenError) Error() string {
 
 // Is reports whether target is ErrStaleToken.
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// ErrOtherCluster reports an effect refused because its token is of another
+// cluster than the one the fence table follows (Guard.ForCluster), or names
+// no cluster while the table follows one. Match it with errors.Is; the error
+// is an *OtherClusterError.
+var ErrOtherCluster = errors.New("fencing: token of another cluster")
+
+// OtherClusterError is the refusal of a token of another cluster. It
+// matches ErrOtherCluster.
+type OtherClusterError struct {
+	// Object is the object key the token was presented for.
+	Object string
+	// Cluster is the cluster of the guard that presented it ("": none).
+	Cluster string
+	// Following is the cluster the fence table follows.
+	Following string
+}
+
+// Error describes the refusal and what to do when the cluster was replaced.
+func (e *OtherClusterError) Error() string {
+	of := fmt.Sprintf("cluster %q", e.Cluster)
+	if e.Cluster == "" {
+		of = "a guard bound to no cluster (Guard.ForCluster)"
+	}
+	return fmt.Sprintf("%v: object %q: the fence table follows cluster %q, the token is of %s; "+
+		"a writer of a replaced cluster stays refused; if cluster %q really was replaced, adopt the new one (Guard.Adopt, docs/operations.md)",
+		ErrOtherCluster, e.Object, e.Following, of, e.Following)
+}
+
+// Is reports whether target is ErrOtherCluster.
+func (e *OtherClusterError) Is(target error) bool { return target == ErrOtherCluster }

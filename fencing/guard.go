@@ -17,7 +17,7 @@ type Dialect string
 
 // The dialects a Guard supports.
 const (
-	// PostgreSQL is PostgreSQL 9.5 or later through any database/sql driver
+	// PostgreSQL is PostgreSQL 9.6 or later (ADD COLUMN IF NOT EXISTS) through any database/sql driver
 	// (tested with github.com/jackc/pgx/v5/stdlib).
 	PostgreSQL Dialect = "postgresql"
 )
@@ -39,10 +39,13 @@ var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0
 // never committed. A Guard is immutable and safe for concurrent use.
 type Guard struct {
 	dialect Dialect
-	table   string // validated and quoted
-	schema  string // CREATE TABLE statement
-	upsert  string // records a token, returns the highest
-	highest string // reads the highest token
+	table   string   // validated and quoted
+	schema  []string // CREATE TABLE and the migration of an older table
+	upsert  string   // records a token, returns the highest
+	highest string   // reads the highest token
+	// cluster is the token source's cluster the guard is bound to
+	// (ForCluster; "": none).
+	cluster string
 }
 
 // NewGuard returns a Guard keeping its fence in table ("" for DefaultTable):
@@ -64,20 +67,26 @@ func NewGuard(dialect Dialect, table string) (*Guard, error) {
 	return &Guard{
 		dialect: dialect,
 		table:   q,
-		schema:  `CREATE TABLE IF NOT EXISTS ` + q + ` (object text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))`,
+		schema: []string{
+			`CREATE TABLE IF NOT EXISTS ` + q + ` (object text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0), cluster text)`,
+			// a table of a version before ForCluster: its rows keep their
+			// tokens and get no cluster
+			`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS cluster text`,
+		},
 		// One statement, race-free under concurrency: the upsert locks the
 		// object's fence row (the newest committed version, even in READ
 		// COMMITTED) until the transaction ends, and keeps the greater
 		// token; the caller compares the result with its own.
-		upsert: `INSERT INTO ` + q + ` AS fence (object, token) VALUES ($1, $2) ` +
-			`ON CONFLICT (object) DO UPDATE SET token = GREATEST(fence.token, EXCLUDED.token) RETURNING token`,
+		upsert: `INSERT INTO ` + q + ` AS fence (object, token, cluster) VALUES ($1, $2, NULLIF($3, '')) ` +
+			`ON CONFLICT (object) DO UPDATE SET token = GREATEST(fence.token, EXCLUDED.token), cluster = EXCLUDED.cluster RETURNING token`,
 		highest: `SELECT token FROM ` + q + ` WHERE object = $1`,
 	}, nil
 }
 
-// Schema returns the statement creating the fence table (idempotent), for a
-// migration tool; Init runs it.
-func (g *Guard) Schema() string { return g.schema }
+// Schema returns the statements creating the fence table, or adding the
+// cluster column to a table of an earlier version (idempotent; separated by
+// ";\n"), for a migration tool; Init runs them.
+func (g *Guard) Schema() string { return strings.Join(g.schema, ";\n") }
 
 // Init creates the fence table if it does not exist. Concurrent Inits (one
 // per process starting) are serialised by a transaction-scoped advisory lock.
@@ -93,8 +102,10 @@ func (g *Guard) Init(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "authority-fence:"+g.table); err != nil {
 		return fmt.Errorf("fencing: init %s: %w", g.table, err)
 	}
-	if _, err := tx.ExecContext(ctx, g.schema); err != nil {
-		return fmt.Errorf("fencing: init %s: %w", g.table, err)
+	for _, stmt := range g.schema {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("fencing: init %s: %w", g.table, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("fencing: init %s: %w", g.table, err)
@@ -109,9 +120,14 @@ func (g *Guard) Init(ctx context.Context, db *sql.DB) error {
 // never commit after a higher one. Call it before the transaction's guarded
 // writes, and commit tx as usual.
 //
+// A guard bound to a cluster (ForCluster) first checks that the table
+// follows that cluster (claiming a table that follows none); see ForCluster.
+//
 // When Check returns an error it has rolled tx back (tx.Commit then returns
 // sql.ErrTxDone), so the guarded writes can never commit by mistake:
 //   - a token lower than the recorded one: *StaleTokenError (ErrStaleToken);
+//   - a token of another cluster than the one the table follows:
+//     *OtherClusterError (ErrOtherCluster);
 //   - bad input (nil tx, empty or over-long object key, token <= 0): an
 //     error matching authority.ErrInvalidArgument;
 //   - a database error, returned wrapped. Under REPEATABLE READ or
@@ -128,8 +144,11 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, object string, token Toke
 	if err := validate(object, token); err != nil {
 		return abandon(tx, err)
 	}
+	if err := g.checkCluster(ctx, tx, object); err != nil {
+		return abandon(tx, err)
+	}
 	var highest Token
-	if err := tx.QueryRowContext(ctx, g.upsert, object, int64(token)).Scan(&highest); err != nil {
+	if err := tx.QueryRowContext(ctx, g.upsert, object, int64(token), g.cluster).Scan(&highest); err != nil {
 		return abandon(tx, fmt.Errorf("fencing: record token %d of %q in %s: %w", token, object, g.table, err))
 	}
 	if highest > token {

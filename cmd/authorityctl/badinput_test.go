@@ -116,6 +116,19 @@ func TestBadInput(t *testing.T) {
 		{"capacity bad lifecycle", on(goldenNS, "capacity", "demo/node-a@x"), exitUsage, []string{"lifecycle after @"}},
 		{"not a number", on("/bad/", "doctor", "--max-txn-ops", "many"), exitUsage, []string{"--max-txn-ops", "Usage: authorityctl doctor"}},
 
+		// empty endpoints: refused before any dial (a refused port would exit 3)
+		{"endpoints comma", []string{"--endpoints", ",", "owners"}, exitUsage, []string{`--endpoints ","`, "element 1 of 2 is empty"}},
+		{"endpoints blank", []string{"--endpoints", " ", "owners"}, exitUsage, []string{"element 1 of 1 is empty"}},
+		{"endpoints trailing comma", []string{"--endpoints", "127.0.0.1:1,", "owners"}, exitUsage, []string{"element 2 of 2 is empty"}},
+
+		// namespaces and prefixes: known before any etcd call (127.0.0.1:1 refuses: a dial would exit 3)
+		{"namespace rows segment", onRefused("/x/rows/", "owners"), exitUsage, []string{`path segment "rows"`}},
+		{"namespace capacity segment", onRefused("/x/capacity/", "list"), exitUsage, []string{`path segment "capacity"`}},
+		{"namespace owners segment", onRefused("/x/owners/", "get", "user_spot", "a"), exitUsage, []string{`path segment "owners"`}},
+		{"namespace with NUL", onRefused("/x\x00y/", "owners"), exitUsage, []string{"must not contain NUL"}},
+		{"namespace without slash", onRefused("/x", "owners"), exitUsage, []string{"must end in"}},
+		{"list prefix with NUL", onRefused("/x/", "list", "user_spot/a\x00"), exitUsage, []string{"PREFIX", "must not contain NUL"}},
+
 		// connection errors: what failed, for which endpoint, at once
 		{"refused port", []string{"--endpoints", "127.0.0.1:1", "--dial-timeout", "30s", "owners"}, exitConnect,
 			[]string{"endpoint 127.0.0.1:1", "connection refused"}},
@@ -133,10 +146,19 @@ func TestBadInput(t *testing.T) {
 			for _, s := range c.contains {
 				require.Contains(t, errOut, s)
 			}
+			if strings.Contains(c.name, "NUL") {
+				require.NotContains(t, errOut, "must end in", "the message names the NUL, not the slash")
+			}
 			require.NotContains(t, errOut, "Global Flags", "usage errors are short")
 			require.LessOrEqual(t, strings.Count(errOut, "\n"), 4, "usage errors are short: %s", errOut)
 		})
 	}
+}
+
+// onRefused is on with an endpoint that refuses connections: a command
+// that dials it exits 3, so an exit 2 shows the input was refused first.
+func onRefused(ns string, args ...string) []string {
+	return append([]string{"--endpoints", "127.0.0.1:1", "--namespace", ns}, args...)
 }
 
 // TestDeadEndpointInList: a dead endpoint next to a live one neither fails
@@ -174,7 +196,8 @@ func TestCapacityAcceptsItsOwnNode(t *testing.T) {
 }
 
 // TestWatchStoppedByUser: a watch ended by the user (the signal context
-// the process runs under) exits 0.
+// the process runs under) exits 130, as every command stopped so does, and
+// says nothing on stderr.
 func TestWatchStoppedByUser(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -182,8 +205,8 @@ func TestWatchStoppedByUser(t *testing.T) {
 		cancel()
 	}()
 	out, errOut, code := cliBounded(t, ctx, 15*time.Second, on(goldenNS, "watch")...)
-	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out, errOut)
-	require.NotContains(t, errOut, "context canceled")
+	require.Equal(t, exitInterrupted, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Empty(t, errOut)
 }
 
 // TestSignalStopsDoctor: every command stops when the user stops it.
@@ -195,7 +218,7 @@ func TestSignalStopsDoctor(t *testing.T) {
 		cancel()
 	}()
 	_, errOut, code := cliBounded(t, ctx, 15*time.Second, "--endpoints", silent, "--dial-timeout", "60s", "doctor")
-	require.NotEqual(t, 0, code)
+	require.Equal(t, exitInterrupted, code)
 	require.Contains(t, errOut, "stopped")
 }
 

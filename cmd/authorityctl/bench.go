@@ -59,10 +59,14 @@ perf' but for reserve+commit, CAS, aggregates and listings.
 The run happens in a fresh namespace <namespace>bench-<random>/ under the
 configured --namespace: first --rows rows are created (the rows that cas,
 aggregate, list and mixed work on), then --clients clients run the workload
-for --duration, then the raw-etcd baseline (one Txn a op: a compare and a
-put of a row-sized value on a new key) runs with the same clients for the
-same time, and the ratio store/baseline is printed. Every key and lease the
-run created is deleted at the end, also after Ctrl-C.
+for --duration, then a raw-etcd baseline of the same shape runs with the
+same clients for the same time, and the ratio store/baseline is printed:
+  reserve-commit  two Txns: create a new key, then put it if unchanged
+  cas             one Txn: put a row-sized value if the key is unchanged
+  list            one range read of 1000 of the same rows
+aggregate and mixed get no baseline (no raw op has their shape). Every key
+and lease the run created is deleted at the end, also after Ctrl-C, which
+prints what was measured until then (-o json too) and says it cleaned up.
 
 Workloads (one op is):
   reserve-commit  a reservation and its commit of a new User Spot (2 Txns)
@@ -140,13 +144,24 @@ func runBench(ctx context.Context, g *globals, o benchOptions) (err error) {
 	c.Lease = leases
 	b := &benchRun{g: g, o: o, c: c, ns: ns}
 	defer func() {
+		stopped := ctx.Err() != nil
+		if stopped {
+			fmt.Fprintf(g.stderr, "bench: stopped; cleaning up %s…\n", ns)
+		}
 		cleaned, cerr := b.cleanup(context.WithoutCancel(ctx), leases)
 		if cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup of %s: %w (delete that prefix by hand)", ns, cerr))
+			return
 		}
-		if err == nil {
-			b.view.Cleanup = cleaned
-			err = b.render()
+		b.view.Cleanup = cleaned
+		if stopped {
+			fmt.Fprintf(g.stderr, "bench: cleaned up: %d keys deleted, %d leases revoked\n", cleaned.KeysDeleted, cleaned.LeasesRevoked)
+			b.view.Interrupted = true
+		}
+		if err == nil || stopped {
+			if rerr := b.render(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
 		}
 	}()
 	return b.run(ctx)

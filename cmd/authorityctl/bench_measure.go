@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -20,14 +21,19 @@ type benchView struct {
 	Rows         int    `json:"rows"`
 	PayloadBytes int    `json:"payloadBytes"`
 	Namespace    string `json:"namespace"`
-	// Store is the workload through the store; Baseline the raw-etcd Txn
-	// with a value of BaselineValueBytes (a stored row's size).
-	Store              phaseView `json:"store"`
-	Baseline           phaseView `json:"baseline"`
-	BaselineValueBytes int       `json:"baselineValueBytes"`
-	// Ratio is Store.OpsPerSec / Baseline.OpsPerSec.
-	Ratio   float64     `json:"ratio"`
-	Cleanup cleanupView `json:"cleanup"`
+	// Store is the workload through the store (nil: stopped before it
+	// ran). Baseline is the raw-etcd op of the same shape (BaselineShape);
+	// nil for a workload without one (aggregate, mixed) or when stopped
+	// before it ran.
+	Store         *phaseView `json:"store,omitempty"`
+	Baseline      *phaseView `json:"baseline,omitempty"`
+	BaselineShape string     `json:"baselineShape,omitempty"`
+	// Ratio is Store.OpsPerSec / Baseline.OpsPerSec (nil without both).
+	Ratio *float64 `json:"ratio,omitempty"`
+	// Interrupted is set when Ctrl-C stopped the run: the phases show what
+	// was measured until then.
+	Interrupted bool        `json:"interrupted,omitempty"`
+	Cleanup     cleanupView `json:"cleanup"`
 }
 
 // phaseView is one measured phase: its op count, rate and latency
@@ -79,16 +85,32 @@ func (b *benchRun) measure(ctx context.Context, name string, op benchOp) (phaseV
 	}
 	b.progress(ctx, name, start, &ops, &wg)
 	elapsed := time.Since(start)
-	if err := context.Cause(ctx); err != nil {
+	err := context.Cause(ctx)
+	if err != nil && stoppedByUser(err) {
+		// stopped by the user: what was measured until then
+		return summarize(hists, ops.Load(), elapsed), err
+	}
+	if err != nil {
 		return phaseView{}, err
 	}
+	return summarize(hists, ops.Load(), elapsed), nil
+}
+
+// stoppedByUser reports whether the phase ended because the command's
+// context was stopped (Ctrl-C), not because an op failed.
+func stoppedByUser(cause error) bool {
+	return errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded)
+}
+
+// summarize merges the clients' histograms into a phase's result.
+func summarize(hists []*hdrhistogram.Histogram, ops int64, elapsed time.Duration) phaseView {
 	all := hdrhistogram.New(1, time.Minute.Microseconds(), 3)
 	for _, h := range hists {
 		all.Merge(h)
 	}
 	ms := func(q float64) float64 { return float64(all.ValueAtQuantile(q)) / 1000 }
-	return phaseView{Ops: ops.Load(), Seconds: elapsed.Seconds(), OpsPerSec: float64(ops.Load()) / elapsed.Seconds(),
-		P50Ms: ms(50), P90Ms: ms(90), P99Ms: ms(99), P999Ms: ms(99.9), MaxMs: float64(all.Max()) / 1000}, nil
+	return phaseView{Ops: ops, Seconds: elapsed.Seconds(), OpsPerSec: float64(ops) / elapsed.Seconds(),
+		P50Ms: ms(50), P90Ms: ms(90), P99Ms: ms(99), P999Ms: ms(99.9), MaxMs: float64(all.Max()) / 1000}
 }
 
 // progress reports the phase's progress on stderr until its clients are
@@ -146,8 +168,11 @@ func (b *benchRun) render() error {
 	t := &table{header: []string{"PHASE", "OPS", "OPS/S", "P50", "P90", "P99", "P99.9", "MAX"}}
 	for _, p := range []struct {
 		name string
-		v    phaseView
-	}{{v.Workload, v.Store}, {"raw etcd txn", v.Baseline}} {
+		v    *phaseView
+	}{{v.Workload, v.Store}, {"raw etcd", v.Baseline}} {
+		if p.v == nil {
+			continue
+		}
 		t.add(p.name, strconv.FormatInt(p.v.Ops, 10), fmt.Sprintf("%.0f", p.v.OpsPerSec), msText(p.v.P50Ms),
 			msText(p.v.P90Ms), msText(p.v.P99Ms), msText(p.v.P999Ms), msText(p.v.MaxMs))
 	}
@@ -159,7 +184,16 @@ func (b *benchRun) render() error {
 		return err
 	}
 	if b.g.output == outputTable || b.g.output == outputWide {
-		fmt.Fprintf(b.g.stdout, "ratio store/baseline: %.3f (baseline: one Txn putting a %d-byte value)\n", v.Ratio, v.BaselineValueBytes)
+		switch {
+		case v.Ratio != nil:
+			fmt.Fprintf(b.g.stdout, "ratio store/baseline: %.3f (baseline: %s)\n", *v.Ratio, v.BaselineShape)
+		case v.Interrupted:
+		default:
+			fmt.Fprintf(b.g.stdout, "no baseline: no raw etcd op has the shape of %s\n", v.Workload)
+		}
+		if v.Interrupted {
+			fmt.Fprintln(b.g.stdout, "stopped by Ctrl-C: the phases above show what was measured until then")
+		}
 		fmt.Fprintf(b.g.stdout, "cleanup: %d keys deleted, %d leases revoked\n", v.Cleanup.KeysDeleted, v.Cleanup.LeasesRevoked)
 	}
 	return nil

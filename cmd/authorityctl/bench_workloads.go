@@ -47,26 +47,35 @@ func (b *benchRun) run(ctx context.Context) error {
 			return err
 		}
 	}
+	b.view = benchView{Workload: b.o.workload, Clients: b.o.clients, Rows: b.o.rows, PayloadBytes: b.o.payloadBytes,
+		Namespace: b.ns, Duration: b.o.duration.String()}
 	w := &benchWorkload{s: s, payload: make([]byte, b.o.payloadBytes), clients: b.o.clients}
 	if err := b.fill(ctx, w); err != nil {
 		return err
 	}
 	op := w.op(b.o.workload)
-	b.view = benchView{Workload: b.o.workload, Clients: b.o.clients, Rows: b.o.rows, PayloadBytes: b.o.payloadBytes,
-		Namespace: b.ns, Duration: b.o.duration.String()}
-	if b.view.Store, err = b.measure(ctx, b.o.workload, op); err != nil {
+	store, err := b.measure(ctx, b.o.workload, op)
+	b.view.Store = &store
+	if err != nil {
 		return err
 	}
 	value, err := w.rowValue(ctx, b.c)
 	if err != nil {
 		return err
 	}
-	if b.view.Baseline, err = b.measure(ctx, "raw etcd txn", rawTxnOp(b.c, b.ns+"raw/", value)); err != nil {
+	base, ok := baselineOf(b.o.workload, b.c, b.ns, value)
+	if !ok {
+		return nil
+	}
+	b.view.BaselineShape = base.shape
+	raw, err := b.measure(ctx, "raw etcd", base.op)
+	b.view.Baseline = &raw
+	if err != nil {
 		return err
 	}
-	b.view.BaselineValueBytes = len(value)
-	if b.view.Baseline.OpsPerSec > 0 {
-		b.view.Ratio = b.view.Store.OpsPerSec / b.view.Baseline.OpsPerSec
+	if raw.OpsPerSec > 0 {
+		ratio := store.OpsPerSec / raw.OpsPerSec
+		b.view.Ratio = &ratio
 	}
 	return nil
 }

@@ -32,24 +32,24 @@ content itself is not printed.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				blobs, err := listBlobs(ctx, c, g.namespace)
+				blobs, err := listBlobs(ctx, c, g.namespace, g.skipUndecodable)
 				if err != nil {
 					return err
 				}
 				now := time.Now()
-				t := &table{header: []string{"REFERENCE", "SIZE", "EXPIRES-IN"}, wide: []string{"SHA256", "REVISION"}}
+				t := &table{header: []string{"REFERENCE", "SIZE", "SHA256", "EXPIRES-IN"}, wide: []string{"REVISION"}}
 				return renderItems(g, blobs, t, func(t *table, b blobView) {
 					at, _ := time.Parse(time.RFC3339, b.ExpiresAt)
-					t.add(b.Reference, strconv.Itoa(b.Size), until(at, now), b.SHA256, strconv.FormatInt(b.Revision, 10))
+					t.add(b.Reference, strconv.Itoa(b.Size), b.SHA256, until(at, now), strconv.FormatInt(b.Revision, 10))
 				})
 			})
 		},
 	}
 }
 
-func listBlobs(ctx context.Context, c *clientv3.Client, ns string) ([]blobView, error) {
+func listBlobs(ctx context.Context, c *clientv3.Client, ns string, skip func(error)) ([]blobView, error) {
 	now := time.Now()
-	return listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryBlob)}, func(le listedEntry) (blobView, bool, error) {
+	return listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryBlob), undecodable: skip}, func(le listedEntry) (blobView, bool, error) {
 		e := le.entry
 		if e.Blob == nil || e.Expired(now) {
 			return blobView{}, false, nil

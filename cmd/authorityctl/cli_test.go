@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,8 @@ func TestGolden(t *testing.T) {
 		{"list_yaml", []string{"list", "-o", "yaml"}},
 		{"list_prefix", []string{"list", "user_spot/"}},
 		{"get_user_spot", []string{"get", "user_spot", "room-1"}},
+		{"get_user_spot", []string{"get", "user_spot/room-1"}}, // the key as list prints it
+		{"get_user_spot", []string{"get", "user-spot/room-1"}},
 		{"get_instance_json", []string{"get", "instance-spot", "inventory-2", "-o", "json"}},
 		{"get_actor_yaml", []string{"get", "actor", "greeter-1", "-o", "yaml"}},
 		{"owners", []string{"owners"}},
@@ -177,9 +180,13 @@ func TestErrors(t *testing.T) {
 		{"bad global flag value", nil, []string{"--dial-timeout", "soon", "list"}, exitUsage, []string{"dial-timeout", "Usage:"}},
 		{"bad env value", map[string]string{"AUTHORITYCTL_DIAL_TIMEOUT": "soon"}, []string{"list"}, exitUsage,
 			[]string{"AUTHORITYCTL_DIAL_TIMEOUT"}},
-		{"wrong arg count", nil, []string{"get", "actor"}, exitUsage, []string{"accepts 2 arg(s)", "Usage:"}},
+		{"wrong arg count", nil, []string{"get", "actor"}, exitUsage, []string{"KIND ID or KIND/ID", "Usage:"}},
+		{"too many args", nil, []string{"get", "actor", "a", "b"}, exitUsage, []string{"accepts between 1 and 2 arg(s)", "Usage:"}},
 		{"unknown command", nil, []string{"frobnicate"}, exitUsage, []string{"unknown command", "Usage:"}},
+		{"unknown command with a suggestion", nil, []string{"prune"}, exitUsage, []string{`unknown command "prune"`, "did you mean prune-epochs?"}},
 		{"no command", nil, nil, exitUsage, []string{"a command is required"}},
+		{"demo --listen not an address", nil, []string{"demo", "--listen", "notanaddr"}, exitUsage, []string{`--listen "notanaddr" is not host:port`, "Usage:"}},
+		{"demo --metrics-addr not an address", nil, []string{"demo", "--metrics-addr", "host:port"}, exitUsage, []string{"--metrics-addr"}},
 		{"bad output", nil, []string{"-o", "xml", "list"}, exitUsage, []string{"xml", "table, wide, json, yaml"}},
 		{"bad namespace", nil, []string{"--namespace", "/x", "list"}, exitUsage, []string{"must end in"}},
 		{"missing row", nil, on(goldenNS, "get", "user_spot", "nope"), exitFailure, []string{"not found"}},
@@ -499,8 +506,10 @@ func TestDemoServe(t *testing.T) {
 	var owners itemsView[ownerView]
 	require.NoError(t, json.Unmarshal([]byte(out), &owners))
 	require.Len(t, owners.Items, 2, "the owner leases stay live while serving")
+	out, errOut, code = cli(t, nil, "--endpoints", endpoint, "--namespace", "/served/", "doctor")
+	require.Equal(t, exitOK, code, "doctor passes against the demo's server (production limits):\n%s%s", out, errOut)
 	cancel()
-	require.Equal(t, 0, <-done)
+	require.Equal(t, exitInterrupted, <-done)
 }
 
 func TestAge(t *testing.T) {
@@ -538,6 +547,8 @@ func TestParseKind(t *testing.T) {
 	require.Equal(t, exitUsage, exitCode(err))
 }
 
+// TestWatchLive watches from the next revision: a value that is no row is
+// named (detail -) and its removal printed, with the typed feed's kinds.
 func TestWatchLive(t *testing.T) {
 	ctx := context.Background()
 	ns := fmt.Sprintf("/watch-%d/", time.Now().UnixNano())
@@ -554,8 +565,19 @@ func TestWatchLive(t *testing.T) {
 	_, err = testClient.Delete(ctx, ns+"rows/actor/raw")
 	require.NoError(t, err)
 	out := <-done
-	require.Regexp(t, fmt.Sprintf(`%d\s+PUT\s+actor/raw\s+-`, from), out)
-	require.Regexp(t, fmt.Sprintf(`%d\s+DELETE\s+actor/raw`, from+1), out)
+	require.Regexp(t, fmt.Sprintf(`%d\s+CREATED\s+actor/raw\s+-`, from), out)
+	require.Regexp(t, fmt.Sprintf(`%d\s+REMOVED\s+actor/raw`, from+1), out)
+}
+
+// TestDemoBadDataDir: a data directory etcd cannot create is one error line
+// naming it, not the embedded server's JSON log.
+func TestDemoBadDataDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, errOut, code := cli(t, nil, "demo", "--data-dir", filepath.Join(file, "etcd"))
+	require.Equal(t, exitFailure, code, errOut)
+	require.Contains(t, errOut, "a-file/etcd")
+	require.NotContains(t, errOut, `{"level"`)
 }
 
 func TestDemoReusedDataDir(t *testing.T) {
@@ -584,4 +606,15 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	for _, s := range []string{"Exit codes:", "2  usage error", "3  cannot connect", "AUTHORITYCTL_PASSWORD"} {
 		require.Contains(t, out, s)
 	}
+}
+
+func TestVersionOutput(t *testing.T) {
+	out, _, code := cli(t, nil, "--version", "-o", "json")
+	require.Equal(t, exitOK, code)
+	var v versionView
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, runtime.Version(), v.Go)
+	out, _, code = cli(t, nil, "--version")
+	require.Equal(t, exitOK, code)
+	require.True(t, strings.HasPrefix(out, "authorityctl "), out)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -118,6 +119,15 @@ func (g *globals) connectFailure(ctx context.Context, statuses []endpointStatus,
 		if s.err != nil && isAuthError(s.err) {
 			user, _ := g.credentials()
 			return connectError(fmt.Errorf("etcd refused the credentials of user %q: %w", user, s.err))
+		}
+	}
+	// the client reports a TLS refusal as a timeout: a handshake says why
+	for _, s := range statuses {
+		if s.err == nil && s.status != nil {
+			continue
+		}
+		if perr := etcdstore.ProbeEndpoint(ctx, s.endpoint, t); perr != nil {
+			return connectError(perr)
 		}
 	}
 	if cause != nil {
@@ -266,9 +276,12 @@ func (g *globals) store(ctx context.Context) (*etcdstore.Store, *clientv3.Client
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace})
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl"})
 	if err != nil {
 		_ = c.Close()
+		if errors.Is(err, authority.ErrAccessDenied) {
+			err = connectError(err) // the user's role does not cover the namespace
+		}
 		return nil, nil, nil, err
 	}
 	return s, c, func() { _ = s.Close(); _ = c.Close() }, nil

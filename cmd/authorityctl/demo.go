@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,12 @@ endpoint is printed, so that another shell can run
 until Ctrl-C. The connection flags other than --namespace are ignored.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := listenAddress("--listen", clientAddr); err != nil {
+				return err
+			}
+			if err := listenAddress("--metrics-addr", metricsAddr); metricsAddr != "" && err != nil {
+				return err
+			}
 			return runDemo(cmd.Context(), g, demoOptions{dataDir: dataDir, clientAddr: clientAddr, serve: serve, fsync: fsync, metricsAddr: metricsAddr})
 		},
 	}
@@ -80,7 +87,10 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	progress := func(format string, args ...any) { fmt.Fprintf(g.stderr, "demo: "+format+"\n", args...) }
 	progress("starting embedded etcd (%s)…", map[bool]string{true: o.dataDir, false: "temporary directory"}[o.dataDir != ""])
 	sctx, cancel := context.WithTimeout(ctx, demoStepBudget)
-	server, err := embedded.Start(sctx, embedded.Config{Dir: o.dataDir, ClientAddr: o.clientAddr, Fsync: o.fsync, LogOutput: g.stderr})
+	// the production limits the README asks for (and doctor checks); the
+	// server's own log stays quiet: Start's error names what went wrong
+	server, err := embedded.Start(sctx, embedded.Config{Dir: o.dataDir, ClientAddr: o.clientAddr, Fsync: o.fsync, LogOutput: io.Discard,
+		MaxTxnOps: etcdstore.RecommendedMaxTxnOps, MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes})
 	cancel()
 	if err != nil {
 		return err
@@ -197,6 +207,7 @@ func showDemo(ctx context.Context, g *globals, endpoint string, moves []moveView
 // demoLegend explains the terms of the demo's tables.
 const demoLegend = `Reading the tables:
   OWNER owner-a/1       owner ID / lease generation (a node's next owner lease gets the next generation)
+  TOKEN 24              the row's ownership token: what its owner fences its own writes with
   NODE demo/node-b@1    mesh / node RID @ lifecycle generation (grows each time the node restarts);
                         "authorityctl capacity demo/node-b@1" takes it back
   VERSION 24            the row's store version: the etcd revision of its last write
@@ -458,13 +469,29 @@ func demoRelocate(ctx context.Context, s *etcdstore.Store, target authority.Owne
 
 // serveDemoMetrics serves a new registry's metrics on http://addr/metrics
 // ("": none; the registry is then nil) until stop.
+// listenAddress checks that addr is host:port with a numeric port (a usage
+// error otherwise); whether it can be listened on is found when it is.
+func listenAddress(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
+			err = errors.New("port out of range 0..65535")
+		}
+	}
+	if err != nil {
+		return usageError(fmt.Errorf("%s %q is not host:port: %w", flag, addr, err))
+	}
+	return nil
+}
+
 func serveDemoMetrics(addr string, progress func(string, ...any)) (reg prometheus.Registerer, stop func(), err error) {
 	if addr == "" {
 		return nil, func() {}, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, usageError(fmt.Errorf("--metrics-addr %s: %w", addr, err))
+		return nil, nil, fmt.Errorf("--metrics-addr %s: %w", addr, err) // busy or not allowed: not a usage error
 	}
 	r := prometheus.NewRegistry()
 	mux := http.NewServeMux()

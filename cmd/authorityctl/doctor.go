@@ -130,8 +130,11 @@ func runDoctor(ctx context.Context, g *globals, maxTxnOps, maxRequestBytes int, 
 	defer c.Close()
 	d := &doctorView{Endpoints: []memberView{}, Checks: []checkView{}}
 	doctorMembers(ctx, c, statuses, d)
+	doctorServerWarnings(d)
 	doctorCluster(ctx, c, g.namespace, d)
 	doctorCapacityEpochs(ctx, c, g.namespace, d)
+	doctorStoreVersions(ctx, c, g.namespace, d)
+	doctorKeys(ctx, c, g.namespace, d)
 	if noProbe {
 		d.add("limits", checkInfo, "probes skipped (--no-probe)")
 	} else {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -44,5 +45,16 @@ func TestDoctorReadsServerVersionsAsTheProviderDoes(t *testing.T) {
 				t.Errorf("version %q: doctor says %s (%s), want ok=%v", c.version, got.Status, got.Detail, c.ok)
 			}
 		})
+	}
+}
+
+// TestDoctorReportsTheProvidersServerWarning: a member on a release with
+// known watch and lease bugs (Store.ServerWarning) is a doctor warning, once
+// per version; a fixed release is not.
+func TestDoctorReportsTheProvidersServerWarning(t *testing.T) {
+	d := doctorView{Endpoints: []memberView{{Endpoint: "a", Version: "3.4.23"}, {Endpoint: "b", Version: "3.4.23"}, {Endpoint: "c", Version: "3.6.4"}}}
+	doctorServerWarnings(&d)
+	if len(d.Checks) != 1 || d.Checks[0].Status != checkWarn || !strings.Contains(d.Checks[0].Detail, "known watch and lease bugs") {
+		t.Fatalf("checks: %+v", d.Checks)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
@@ -48,6 +50,45 @@ func durationRange(flag string, v, min, max time.Duration) error {
 // of this build, its Go and etcd client versions, and the oldest etcd server
 // the provider accepts.
 func versionText() string {
+	v := buildVersion()
+	revision := ""
+	if v.Revision != "" {
+		revision = " " + v.Revision
+	}
+	return fmt.Sprintf("authorityctl %s%s (%s, etcd client %s, etcd server >= %s)\n",
+		v.Version, revision, v.Go, v.EtcdClient, v.MinServer)
+}
+
+// versionView is --version in JSON/YAML.
+type versionView struct {
+	Version    string `json:"version"`
+	Revision   string `json:"revision,omitempty"`
+	Go         string `json:"go"`
+	EtcdClient string `json:"etcdClient"`
+	MinServer  string `json:"minServerVersion"`
+}
+
+// versionOutput renders --version in the command's -o format (cobra's
+// version template calls it).
+func versionOutput(c *cobra.Command) string {
+	format := outputTable
+	if f := c.Flag("output"); f != nil {
+		format = f.Value.String()
+	}
+	if format != outputJSON && format != outputYAML {
+		return versionText()
+	}
+	var b strings.Builder
+	if err := render(&b, format, buildVersion(), nil); err != nil {
+		return versionText()
+	}
+	return b.String()
+}
+
+func init() { cobra.AddTemplateFunc("versionOutput", versionOutput) }
+
+// buildVersion reads the build information.
+func buildVersion() versionView {
 	version, revision, etcdClient := "(devel)", "", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
@@ -55,7 +96,7 @@ func versionText() string {
 		}
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				revision = " " + s.Value[:12]
+				revision = s.Value[:12]
 			}
 		}
 		for _, d := range bi.Deps {
@@ -64,6 +105,5 @@ func versionText() string {
 			}
 		}
 	}
-	return fmt.Sprintf("authorityctl %s%s (%s, etcd client %s, etcd server >= %s)\n",
-		version, revision, runtime.Version(), etcdClient, etcdstore.MinServerVersion)
+	return versionView{Version: version, Revision: revision, Go: runtime.Version(), EtcdClient: etcdClient, MinServer: etcdstore.MinServerVersion}
 }

@@ -71,7 +71,7 @@ func newOwnersCommand(g *globals) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				owners, err := listOwners(ctx, c, g.namespace)
+				owners, err := listOwners(ctx, c, g.namespace, g.skipUndecodable)
 				if err != nil {
 					return err
 				}
@@ -81,9 +81,9 @@ func newOwnersCommand(g *globals) *cobra.Command {
 	}
 }
 
-func listOwners(ctx context.Context, c *clientv3.Client, ns string) ([]ownerView, error) {
+func listOwners(ctx context.Context, c *clientv3.Client, ns string, skip func(error)) ([]ownerView, error) {
 	now := time.Now()
-	return listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryOwnerLiveness)}, func(le listedEntry) (ownerView, bool, error) {
+	return listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryOwnerLiveness), undecodable: skip}, func(le listedEntry) (ownerView, bool, error) {
 		l, kv := le.entry, le.kv
 		v := ownerView{OwnerID: l.Owner.OwnerID, LeaseGeneration: l.Owner.LeaseGeneration, MeshName: l.Node.MeshName, NodeRID: l.Node.RID,
 			LifecycleGeneration: l.Lifecycle, LeaseID: fmt.Sprintf("%x", kv.Lease), TTLSeconds: -1}
@@ -151,7 +151,7 @@ node's lifecycle generation: it grows each time the node restarts).`,
 				filter = f
 			}
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
-				usage, err := capacityUsage(ctx, c, g.namespace, filter)
+				usage, err := capacityUsage(ctx, c, g.namespace, filter, g.skipUndecodable)
 				if err != nil {
 					return err
 				}
@@ -199,8 +199,8 @@ func (f nodeFilter) matches(node authority.NodeDescriptor, lifecycle int64) bool
 	return node.RID == f.rid && (f.mesh == "" || node.MeshName == f.mesh) && (f.lifecycle == 0 || lifecycle == f.lifecycle)
 }
 
-func capacityUsage(ctx context.Context, c *clientv3.Client, ns string, filter nodeFilter) ([]capacityUsageView, error) {
-	entries, err := listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryCapacity)}, func(le listedEntry) (schema.Entry, bool, error) {
+func capacityUsage(ctx context.Context, c *clientv3.Client, ns string, filter nodeFilter, skip func(error)) ([]capacityUsageView, error) {
+	entries, err := listEntries(ctx, c, ns, entryQuery{prefix: schema.Prefix(ns, schema.EntryCapacity), undecodable: skip}, func(le listedEntry) (schema.Entry, bool, error) {
 		return le.entry, filter.matches(le.entry.Node, le.entry.Lifecycle), nil
 	})
 	if err != nil {
@@ -290,7 +290,7 @@ func newTerminalsCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				now := time.Now()
-				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryTerminal)}, func(le listedEntry) (terminalView, bool, error) {
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryTerminal), undecodable: g.skipUndecodable}, func(le listedEntry) (terminalView, bool, error) {
 					if le.entry.Expired(now) {
 						return terminalView{}, false, nil // awaiting its lease
 					}
@@ -331,7 +331,7 @@ func newReservationsCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				now := time.Now()
-				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryReservation)}, func(le listedEntry) (reservationView, bool, error) {
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryReservation), undecodable: g.skipUndecodable}, func(le listedEntry) (reservationView, bool, error) {
 					if le.entry.Expired(now) {
 						return reservationView{}, false, nil
 					}
@@ -387,7 +387,7 @@ func newAggregatesCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.raw(cmd, func(ctx context.Context, c *clientv3.Client) error {
 				now := time.Now()
-				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryAggregate)}, func(le listedEntry) (aggregateView, bool, error) {
+				out, err := listEntries(ctx, c, g.namespace, entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryAggregate), undecodable: g.skipUndecodable}, func(le listedEntry) (aggregateView, bool, error) {
 					if le.entry.Expired(now) {
 						return aggregateView{}, false, nil // a finished record awaiting its lease
 					}

@@ -13,6 +13,8 @@
 //	2  usage error (bad flag, bad argument, unknown kind or command)
 //	3  cannot connect (endpoint unreachable within --dial-timeout, TLS files,
 //	   credentials)
+//	130  stopped by Ctrl-C or SIGTERM (every command, also watch, top and
+//	     demo --serve, which run until stopped)
 package main
 
 import (
@@ -36,6 +38,9 @@ const (
 	exitFailure = 1
 	exitUsage   = 2
 	exitConnect = 3
+	// exitInterrupted is 128 + SIGINT, what a shell reports for a process
+	// that Ctrl-C ended.
+	exitInterrupted = 130
 )
 
 // exitError is an error with the exit code it maps to.

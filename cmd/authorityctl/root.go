@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // envPrefix prefixes the environment variable of every global flag
@@ -34,6 +36,9 @@ type globals struct {
 	// sendLimit is the client's send limit the command needs (doctor's
 	// request-size probe); at least 4 MiB.
 	sendLimit int
+	// skipped counts the undecodable keys a listing left out
+	// (skipUndecodable).
+	skipped int
 	// cmdCtx is the context commandContext made (nil before).
 	cmdCtx context.Context
 
@@ -55,7 +60,8 @@ Exit codes:
   0  success
   1  the command failed (a missing row, a failed doctor check, a store error)
   2  usage error (bad flag, bad argument, unknown kind or command)
-  3  cannot connect (unreachable endpoint, TLS files, credentials)`
+  3  cannot connect (unreachable endpoint, TLS files, credentials)
+  130  stopped by Ctrl-C or SIGTERM (every command)`
 
 // newRootCommand builds the command tree writing to stdout and stderr and
 // reading environment variables through env.
@@ -84,7 +90,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetVersionTemplate("{{.Version}}")
+	root.SetVersionTemplate("{{versionOutput .}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma separated")
@@ -103,7 +109,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 		newOwnersCommand(g), newCapacityCommand(g),
 		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
 		newDoctorCommand(g), newRemoveOwnerCommand(g), newPruneEpochsCommand(g), newDemoCommand(g),
-		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g),
+		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g), newUpgradeCommand(g),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
@@ -138,11 +144,16 @@ func (g *globals) prepare(cmd *cobra.Command) error {
 	if !slices.Contains(outputFormats, g.output) {
 		return usageError(fmt.Errorf("unknown output format %q (want one of %s)", g.output, strings.Join(outputFormats, ", ")))
 	}
-	if !strings.HasSuffix(g.namespace, "/") {
-		return usageError(fmt.Errorf("--namespace %q must end in \"/\"", g.namespace))
+	if err := schema.ValidateNamespace(g.namespace); err != nil {
+		return usageError(fmt.Errorf("--namespace: %w", err))
 	}
 	if len(g.endpoints) == 0 {
 		return usageError(errors.New("--endpoints is empty"))
+	}
+	for i, ep := range g.endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return usageError(fmt.Errorf("--endpoints %q: element %d of %d is empty", strings.Join(g.endpoints, ","), i+1, len(g.endpoints)))
+		}
 	}
 	if err := durationRange("--dial-timeout", g.dialTimeout, minTimeout, maxDialTimeout); err != nil {
 		return err
@@ -181,6 +192,16 @@ func exactArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+// rangeArgs is cobra.RangeArgs reporting a usage error.
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.RangeArgs(lo, hi)(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
 // maxArgs is cobra.MaximumNArgs reporting a usage error.
 func maxArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
@@ -189,6 +210,35 @@ func maxArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// skipUndecodable names a key a listing cannot decode on stderr and leaves
+// it out: the listing shows every decodable entry, and the command then
+// fails (errUndecodable).
+func (g *globals) skipUndecodable(err error) {
+	g.skipped++
+	fmt.Fprintf(g.stderr, "warning: skipped: %v\n", err)
+}
+
+// errUndecodable is the failure of a command that left undecodable keys out.
+var errUndecodable = errors.New("undecodable keys were left out (named above); the other entries are shown; authorityctl doctor lists every such key")
+
+// unknownCommand finds the name in cobra's "unknown command" error.
+var unknownCommand = regexp.MustCompile(`^unknown command "([^"]*)"`)
+
+// suggest adds the commands a mistyped one may have meant (a prefix, or a
+// name within two edits: "prune" → prune-epochs) to cobra's error, which
+// gives none when the root command takes no arguments.
+func suggest(root *cobra.Command, err error) error {
+	m := unknownCommand.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	root.SuggestionsMinimumDistance = 2
+	if s := root.SuggestionsFor(m[1]); len(s) > 0 {
+		return fmt.Errorf("%w; did you mean %s?", err, strings.Join(s, " or "))
+	}
+	return err
 }
 
 // run executes the command line args and returns the exit code, printing
@@ -200,17 +250,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	if ctx.Err() != nil && exitCode(err) != exitUsage {
+		// stopped by the user: the same code for every command, whether it
+		// was cut short or (watch, top, demo --serve) ran until stopped
+		if err != nil {
+			fmt.Fprintf(stderr, "Error: stopped by a signal before finishing (%v)\n", err)
+		}
+		return exitInterrupted
+	}
+	if err == nil && g.skipped > 0 {
+		err = fmt.Errorf("%d %w", g.skipped, errUndecodable)
+	}
 	if err == nil {
 		return exitOK
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") {
-		err = usageError(err)
+		err = usageError(suggest(root, err))
 	}
 	code := exitCode(err)
 	switch {
 	case code == exitUsage:
-	case ctx.Err() != nil:
-		err = fmt.Errorf("stopped by a signal before finishing (%v)", err)
 	case g.timedOut() && !strings.Contains(err.Error(), "--command-timeout"):
 		err = fmt.Errorf("%w (--command-timeout %s ran out; raise it)", err, g.commandTimeout)
 	}

@@ -13,7 +13,6 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,17 +21,13 @@ var errNotFound = errors.New("not found")
 
 func newGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "get KIND ID",
-		Short: "Show one authority row (KIND: actor, user_spot, instance_spot)",
-		Args:  exactArgs(2),
+		Use:   "get KIND ID | get KIND/ID",
+		Short: "Show one authority row (KIND: actor, user_spot, instance_spot; KIND/ID as list prints keys)",
+		Args:  rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := parseKind(args[0])
+			kind, id, key, err := rowKeyOf(args)
 			if err != nil {
 				return err
-			}
-			key, err := authority.EncodeKey(kind, args[1])
-			if err != nil {
-				return usageError(err)
 			}
 			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
 				r, err := s.ReadAuthority(ctx, key)
@@ -40,13 +35,39 @@ func newGetCommand(g *globals) *cobra.Command {
 					return err
 				}
 				if r.Kind != authority.KindSnapshot {
-					return fmt.Errorf("%s %q: %w", kind, args[1], errNotFound)
+					return fmt.Errorf("%s %q: %w", kind, id, errNotFound)
 				}
 				v := viewRow(key, r.Snapshot)
 				return render(g.stdout, g.output, v, addRows(rowTable(), []rowView{v}, (*table).addRow))
 			})
 		},
 	}
+}
+
+// rowKeyOf resolves get's arguments: KIND ID, or one key KIND/ID as list
+// prints it (its ID path-escaped as in the store's keys).
+func rowKeyOf(args []string) (authority.ObjectKind, string, authority.Key, error) {
+	kindArg, id := "", ""
+	if len(args) == 2 {
+		kindArg, id = args[0], args[1]
+	} else {
+		if ok, err := authority.DecodeKey(authority.Key(args[0])); err == nil {
+			return ok.Kind, ok.GlobalID, authority.Key(args[0]), nil
+		}
+		var found bool
+		if kindArg, id, found = strings.Cut(args[0], "/"); !found {
+			return "", "", "", usageError(fmt.Errorf("get takes KIND ID or KIND/ID (as list prints keys), got %q", args[0]))
+		}
+	}
+	kind, err := parseKind(kindArg)
+	if err != nil {
+		return "", "", "", err
+	}
+	key, err := authority.EncodeKey(kind, id)
+	if err != nil {
+		return "", "", "", usageError(err)
+	}
+	return kind, id, key, nil
 }
 
 // listView is the JSON/YAML form of list.
@@ -73,11 +94,22 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+			if err := authority.ValidateScanPrefix(prefix); err != nil {
+				return usageError(fmt.Errorf("PREFIX %q: %w", prefix, err))
+			}
+			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				out := listView{Items: []rowView{}}
 				var cursor authority.ScanCursor
 				for {
 					page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
+					if errors.Is(err, authority.ErrCorrupt) {
+						// the store's listing stops at a row it cannot
+						// decode: list every decodable one, naming the others
+						if out, err = listDecodable(ctx, g, c, prefix, limit, all); err != nil {
+							return err
+						}
+						break
+					}
 					if err != nil {
 						return err
 					}
@@ -104,6 +136,25 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 	cmd.Flags().IntVar(&limit, "limit", 500, fmt.Sprintf("rows per page (1..%d)", authority.MaxScanLimit))
 	cmd.Flags().BoolVar(&all, "all", false, "page through every row")
 	return cmd
+}
+
+// listDecodable lists the rows under prefix at one revision (the first
+// limit unless all), leaving out and naming on stderr each key that does not
+// decode.
+func listDecodable(ctx context.Context, g *globals, c *clientv3.Client, prefix string, limit int, all bool) (listView, error) {
+	q := entryQuery{prefix: schema.Prefix(g.namespace, schema.EntryRow) + prefix, undecodable: g.skipUndecodable}
+	rows, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
+		return viewRow(le.entry.Key, le.entry.Snapshot), true, nil
+	})
+	if err != nil {
+		return listView{}, err
+	}
+	out := listView{Items: rows}
+	if !all && len(rows) > limit {
+		out.Items, out.More = rows[:limit], true
+		fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
+	}
+	return out, nil
 }
 
 // eventView is one watched row change.
@@ -136,54 +187,7 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 			if len(args) == 1 {
 				prefix += args[0]
 			}
-			ctx := cmd.Context()
-			c, _, err := g.dial(ctx, false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			opts := []clientv3.OpOption{clientv3.WithPrefix()}
-			if rev > 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			wctx, stop := context.WithCancel(ctx)
-			defer stop()
-			if g.output == outputTable || g.output == outputWide {
-				fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
-			}
-			seen := 0
-			for wr := range c.Watch(clientv3.WithRequireLeader(wctx), prefix, opts...) {
-				if ctx.Err() != nil {
-					return nil // the user stopped it
-				}
-				if err := wr.Err(); err != nil {
-					if errors.Is(err, rpctypes.ErrCompacted) {
-						return fmt.Errorf("watch: --rev %d is compacted (the oldest revision etcd still holds is %d): %w", rev, wr.CompactRevision, err)
-					}
-					return fmt.Errorf("watch: %w", err)
-				}
-				for _, ev := range wr.Events {
-					v := eventView{Revision: ev.Kv.ModRevision, Type: "PUT",
-						Key: strings.TrimPrefix(string(ev.Kv.Key), schema.Prefix(g.namespace, schema.EntryRow))}
-					if ev.Type == clientv3.EventTypeDelete {
-						v.Type = "DELETE"
-					} else if e, err := schema.DecodeEntry(g.namespace, ev.Kv); err == nil {
-						rv := viewRow(e.Key, e.Snapshot)
-						v.Row = &rv
-					}
-					if err := writeEvent(g, v); err != nil {
-						return err
-					}
-					seen++
-					if count > 0 && seen >= count {
-						return nil
-					}
-				}
-			}
-			if ctx.Err() != nil {
-				return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
-			}
-			return errors.New("watch: the watch ended without an error (the client closed)")
+			return runWatch(cmd.Context(), g, prefix, rev, count)
 		},
 	}
 	cmd.Flags().Int64Var(&rev, "rev", 0, "start from this revision (0: from now; 1: the whole history etcd still holds)")
@@ -210,8 +214,8 @@ func writeEvent(g *globals, v eventView) error {
 	}
 	detail := "-"
 	if v.Row != nil {
-		detail = fmt.Sprintf("%s owner=%s/%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
-			v.Row.OwnerLeaseGeneration, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
+		detail = fmt.Sprintf("%s owner=%s/%d token=%d node=%s/%s@%d version=%s payload=%s", v.Row.State, v.Row.OwnerID,
+			v.Row.OwnerLeaseGeneration, v.Row.OwnershipToken, v.Row.MeshName, v.Row.NodeRID, v.Row.NodeLifecycleGeneration,
 			v.Row.StoreVersion, v.Row.Payload.String())
 	}
 	_, err := fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", strconv.FormatInt(v.Revision, 10), v.Type, v.Key, detail)

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -54,6 +57,10 @@ interval and exits (with -o json: one document).`,
 // errScrapeURL reports a /metrics URL top cannot use.
 var errScrapeURL = errors.New("not an http(s) URL")
 
+// errNoAuthorityMetrics is top's failure on a /metrics endpoint that serves
+// no authority_ metric: not the endpoint of a store.
+var errNoAuthorityMetrics = errors.New("serves no authority_ metrics: not the /metrics of a store with a Registerer (etcdstore.Config.Registerer)")
+
 func checkScrapeURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -65,6 +72,9 @@ func checkScrapeURL(raw string) error {
 func runTop(ctx context.Context, g *globals, target string, interval time.Duration, once bool) error {
 	client := &http.Client{Timeout: g.dialTimeout + interval}
 	prev, err := scrape(ctx, client, target)
+	if errors.Is(err, errNoAuthorityMetrics) {
+		return err
+	}
 	if err != nil {
 		return connectError(err)
 	}
@@ -127,6 +137,9 @@ func scrape(ctx context.Context, client *http.Client, target string) (sample, er
 	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxScrapeBytes))
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: not Prometheus text: %w", target, err)
+	}
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(families)), func(n string) bool { return strings.HasPrefix(n, "authority_") }) {
+		return nil, fmt.Errorf("%s %w", target, errNoAuthorityMetrics)
 	}
 	s := sample{}
 	for name, labels := range topSeries {

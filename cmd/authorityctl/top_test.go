@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -58,7 +62,7 @@ func TestDemoMetricsAndTop(t *testing.T) {
 	require.Contains(t, table, "OPERATION")
 	require.Contains(t, table, "owner leases held")
 	cancel()
-	require.Equal(t, 0, <-done)
+	require.Equal(t, exitInterrupted, <-done)
 }
 
 func TestTopRates(t *testing.T) {
@@ -82,4 +86,17 @@ func TestTopBadInput(t *testing.T) {
 	_, errOut, code := cli(t, nil, "top", "--once", "--dial-timeout", "200ms", "http://127.0.0.1:1/metrics")
 	require.Equal(t, exitConnect, code, errOut)
 	require.Contains(t, errOut, "127.0.0.1:1")
+}
+
+// TestTopWithoutAuthorityMetrics: a /metrics endpoint that is not a store's
+// (only Go runtime metrics) is named as such, not shown as an empty table.
+func TestTopWithoutAuthorityMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	out, errOut, code := cli(t, nil, "top", "--once", "--interval", "100ms", srv.URL+"/metrics")
+	require.Equal(t, exitFailure, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Contains(t, errOut, "serves no authority_ metrics")
+	require.Empty(t, out)
 }

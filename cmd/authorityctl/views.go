@@ -142,29 +142,32 @@ type pendingView struct {
 
 // rowView is an authority row in JSON/YAML.
 type rowView struct {
-	Key                      string       `json:"key"`
-	ObjectKind               string       `json:"objectKind"`
-	GlobalID                 string       `json:"globalId"`
-	State                    string       `json:"state"`
-	StoreVersion             string       `json:"storeVersion"`
-	ObjectGeneration         int64        `json:"objectGeneration"`
-	AuthorityOwnerGeneration int64        `json:"authorityOwnerGeneration"`
-	OwnerID                  string       `json:"ownerId"`
-	OwnerLeaseGeneration     int64        `json:"ownerLeaseGeneration"`
-	MeshName                 string       `json:"meshName"`
-	NodeRID                  string       `json:"nodeRid"`
-	NodeLifecycleGeneration  int64        `json:"nodeLifecycleGeneration"`
-	StableType               string       `json:"stableType,omitempty"`
-	Capacity                 capacityView `json:"capacity"`
-	PendingCreation          *pendingView `json:"pendingCreation,omitempty"`
-	Payload                  payloadView  `json:"payload"`
+	Key                      string `json:"key"`
+	ObjectKind               string `json:"objectKind"`
+	GlobalID                 string `json:"globalId"`
+	State                    string `json:"state"`
+	StoreVersion             string `json:"storeVersion"`
+	ObjectGeneration         int64  `json:"objectGeneration"`
+	AuthorityOwnerGeneration int64  `json:"authorityOwnerGeneration"`
+	OwnerID                  string `json:"ownerId"`
+	OwnerLeaseGeneration     int64  `json:"ownerLeaseGeneration"`
+	// OwnershipToken is the fencing token the row's owner sends with its
+	// effects (Snapshot.OwnershipToken).
+	OwnershipToken          int64        `json:"ownershipToken"`
+	MeshName                string       `json:"meshName"`
+	NodeRID                 string       `json:"nodeRid"`
+	NodeLifecycleGeneration int64        `json:"nodeLifecycleGeneration"`
+	StableType              string       `json:"stableType,omitempty"`
+	Capacity                capacityView `json:"capacity"`
+	PendingCreation         *pendingView `json:"pendingCreation,omitempty"`
+	Payload                 payloadView  `json:"payload"`
 }
 
 func viewRow(key authority.Key, s *authority.Snapshot) rowView {
 	v := rowView{
 		Key: string(key), State: string(s.Allocation.State), StoreVersion: string(s.StoreVersion),
 		ObjectGeneration: s.ObjectGeneration, AuthorityOwnerGeneration: s.AuthorityOwnerGeneration,
-		OwnerID: s.OwnerID, OwnerLeaseGeneration: s.OwnerLeaseGeneration,
+		OwnerID: s.OwnerID, OwnerLeaseGeneration: s.OwnerLeaseGeneration, OwnershipToken: s.OwnershipToken,
 		MeshName: s.Allocation.Descriptor.MeshName, NodeRID: s.Allocation.Descriptor.RID,
 		NodeLifecycleGeneration: s.Allocation.DescriptorLifecycleGeneration, StableType: s.Allocation.StableType,
 		Capacity: viewCapacity(s.Allocation.Capacity), Payload: viewPayload(s.Payload),
@@ -181,7 +184,7 @@ func viewRow(key authority.Key, s *authority.Snapshot) rowView {
 	return v
 }
 
-var rowHeader = []string{"KEY", "STATE", "OWNER", "NODE", "VERSION", "PAYLOAD"}
+var rowHeader = []string{"KEY", "STATE", "OWNER", "TOKEN", "NODE", "VERSION", "PAYLOAD"}
 var rowWide = []string{"OBJECT-GEN", "OWNER-GEN", "STABLE-TYPE", "CAPACITY", "RESERVATION"}
 
 func rowTable() *table { return &table{header: rowHeader, wide: rowWide} }
@@ -191,7 +194,7 @@ func (t *table) addRow(v rowView) {
 	if v.PendingCreation != nil {
 		reservation = v.PendingCreation.ReservationID
 	}
-	t.add(v.Key, v.State, fmt.Sprintf("%s/%d", v.OwnerID, v.OwnerLeaseGeneration),
+	t.add(v.Key, v.State, fmt.Sprintf("%s/%d", v.OwnerID, v.OwnerLeaseGeneration), strconv.FormatInt(v.OwnershipToken, 10),
 		fmt.Sprintf("%s/%s@%d", v.MeshName, v.NodeRID, v.NodeLifecycleGeneration), v.StoreVersion, v.Payload.String(),
 		strconv.FormatInt(v.ObjectGeneration, 10), strconv.FormatInt(v.AuthorityOwnerGeneration, 10),
 		orDash(v.StableType), v.Capacity.String(), orDash(reservation))

@@ -3,16 +3,24 @@
 // object has a new owner, the old owner's writes are refused — whenever it
 // wakes up.
 //
-//	go run ./examples/fencing                     # starts a throwaway PostgreSQL (Debian's postgresql package)
 //	go run ./examples/fencing -dsn 'host=/var/run/postgresql dbname=app'
+//	go run ./examples/fencing -dsn '…' -endpoints 127.0.0.1:2379   # your etcd instead of a throwaway one
 //
 // An owner on node-a creates the User Spot "account-7" and saves its
 // balance through fencing.Guard with the Spot's token. Then the owner's
 // lease is taken over by a new lease generation (as after the process
 // stalled past its lease TTL: RebindRows), which saves a new balance with
 // the new, higher token. The old owner's late write is refused with
-// fencing.ErrStaleToken, and the balance stays the new owner's. CI runs it,
-// and so does its test.
+// fencing.ErrStaleToken, and the balance stays the new owner's.
+//
+// The guard is bound to the etcd cluster (Store.ClusterID): tokens only rise
+// within one cluster. Without -endpoints every run starts a new throwaway
+// cluster, whose tokens start low again; the program then adopts it
+// (Guard.Adopt: the earlier run's cluster is gone, and its writers would
+// stay refused), so it runs any number of times on one database. With
+// -endpoints it never adopts: a fence table that follows another cluster is
+// an operator's decision (docs/operations.md). Its test runs it twice on one
+// database; CI runs the test.
 package main
 
 import (
@@ -25,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,70 +41,100 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/fencing"
-	"github.com/zlink-systems/authority/internal/embedded"
-	"github.com/zlink-systems/authority/internal/pgtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
+
+// fenceTable is the example's own fence table: adopting a throwaway cluster
+// there never touches the fence of your application (DefaultTable).
+const fenceTable = "authority_fence_example"
 
 // node is where the owner runs.
 var node = authority.NodeDescriptor{MeshName: "mesh", RID: "node-a"}
 
 func main() {
-	dsn := flag.String("dsn", "", "PostgreSQL connection string (empty: start a throwaway server with initdb)")
+	dsn := flag.String("dsn", "", "PostgreSQL connection string (required)")
+	endpoints := flag.String("endpoints", "", "etcd endpoints, comma-separated (empty: a throwaway embedded server)")
 	flag.Parse()
+	if *dsn == "" {
+		fmt.Fprintln(os.Stderr, "usage: fencing -dsn POSTGRESQL-DSN [-endpoints host:port,...]")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *dsn); err != nil {
-		fmt.Fprintln(os.Stderr, "fencing:", err)
+	var eps []string
+	if *endpoints != "" {
+		eps = strings.Split(*endpoints, ",")
+	}
+	if err := run(ctx, os.Stdout, *dsn, eps); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
 		stop()
 		os.Exit(1)
 	}
 }
 
-// run starts embedded etcd (and PostgreSQL when dsn is empty) and plays the
-// owner, its takeover and its late write, reporting to out.
-func run(ctx context.Context, out io.Writer, dsn string) error {
-	if dsn == "" {
-		srv, err := pgtest.Start(ctx)
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		dsn = srv.DSN("postgres")
-	}
+// run connects to PostgreSQL at dsn and to etcd at endpoints (none: a
+// throwaway server) and plays the owner, its takeover and its late write,
+// reporting to out.
+func run(ctx context.Context, out io.Writer, dsn string, endpoints []string) error {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	guard, err := setUpDatabase(ctx, db)
-	if err != nil {
-		return err
+	throwaway := len(endpoints) == 0
+	if throwaway {
+		endpoint, stopEtcd, err := throwawayEtcd(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopEtcd()
+		endpoints = []string{endpoint}
 	}
-	etcd, err := embedded.Start(ctx, embedded.Config{LogOutput: io.Discard})
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
-	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Namespace: "/fencing-example/"})
+	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: endpoints,
+		Namespace: fmt.Sprintf("/fencing-example/%d/", time.Now().UnixNano())}) // a fresh namespace each run
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	guard, err := setUpDatabase(ctx, out, db, store, throwaway)
+	if err != nil {
+		return err
+	}
 	return play(ctx, out, store, db, guard)
 }
 
-// setUpDatabase creates the fence table and the application's table.
-func setUpDatabase(ctx context.Context, db *sql.DB) (*fencing.Guard, error) {
-	guard, err := fencing.NewGuard(fencing.PostgreSQL, "")
+// setUpDatabase creates the fence table and the application's table, and
+// returns the guard bound to the store's cluster. newCluster says the
+// cluster was started by this run: a table that follows another cluster
+// follows an earlier run's, which is gone, and adopts this one.
+func setUpDatabase(ctx context.Context, out io.Writer, db *sql.DB, store *etcdstore.Store, newCluster bool) (*fencing.Guard, error) {
+	guard, err := fencing.NewGuard(fencing.PostgreSQL, fenceTable)
 	if err != nil {
 		return nil, err
 	}
 	if err := guard.Init(ctx, db); err != nil { // or run guard.Schema() in a migration
 		return nil, err
 	}
-	_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS balances (account text PRIMARY KEY, balance bigint NOT NULL)`)
-	return guard, err
+	if _, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS balances (account text PRIMARY KEY, balance bigint NOT NULL)`); err != nil {
+		return nil, err
+	}
+	cluster, err := store.ClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	follows, err := guard.Cluster(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if newCluster && follows != "" && follows != cluster {
+		dropped, err := guard.Adopt(ctx, db, cluster)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "the fence table followed etcd cluster %s (an earlier run's, gone); adopted this run's cluster %s, dropping %d tokens\n",
+			follows, cluster, dropped)
+	}
+	return guard.ForCluster(cluster)
 }
 
 // play runs the owner, the takeover and the late write.

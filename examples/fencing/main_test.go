@@ -19,20 +19,44 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestFencing runs the program against a throwaway PostgreSQL: the new
-// generation's token is higher, its write lands, the old one's late write is
-// refused and the balance stays the new owner's.
+// TestFencing runs the program twice on one throwaway PostgreSQL database,
+// each run on a new throwaway etcd cluster: the new generation's token is
+// higher, its write lands, the old one's late write is refused and the
+// balance stays the new owner's. The second run adopts its new cluster.
 func TestFencing(t *testing.T) {
 	if _, err := pgtest.BinDir(); errors.Is(err, pgtest.ErrNotInstalled) && !pgtest.Required() {
 		t.Skipf("%v (CI=true or %s=1 make this a failure)", err, pgtest.EnvRequire)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, &out, ""); err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	text := out.String()
+	defer srv.Stop()
+	for i := range 2 {
+		var out bytes.Buffer
+		if err := run(ctx, &out, srv.DSN("postgres"), nil); err != nil {
+			t.Fatalf("run %d: %v\n%s", i+1, err, out.String())
+		}
+		t.Logf("run %d:\n%s", i+1, out.String())
+		text := out.String()
+		adopted := regexp.MustCompile(`^the fence table followed etcd cluster ([0-9a-f]+) \(an earlier run's, gone\); adopted this run's cluster ([0-9a-f]+), dropping 1 tokens\n`)
+		if m := adopted.FindStringSubmatch(text); (m != nil) != (i == 1) {
+			t.Fatalf("run %d: adopted a new cluster: %v, want %v:\n%s", i+1, m != nil, i == 1, text)
+		} else if m != nil {
+			if m[1] == m[2] {
+				t.Fatalf("the second run's cluster is the first's: %s", m[1])
+			}
+			text = strings.TrimPrefix(text, m[0])
+		}
+		checkRun(t, text)
+	}
+}
+
+// checkRun checks the output of one run.
+func checkRun(t *testing.T, text string) {
+	t.Helper()
 	m := regexp.MustCompile(`(?m)^owner-a@1 \(token (\d+)\) saved balance 100\nowner-a@2 \(token (\d+)\) took account-7 over and saved balance 250\n` +
 		`refused the late write of owner-a@1: .*stale ownership token.*\nbalance of account-7: 250\n$`).FindStringSubmatch(text)
 	if m == nil {

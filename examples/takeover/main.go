@@ -21,8 +21,8 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // namespace is where the runtime's authority rows live.
@@ -45,20 +45,21 @@ func main() {
 // node is one member of the runtime: its own store (its own etcd client, as
 // a separate process would have) and owner lease.
 type node struct {
-	desc  authority.NodeDescriptor
-	store *etcdstore.Store
-	lease *etcdstore.OwnerLease
+	desc   authority.NodeDescriptor
+	client *clientv3.Client // the node's own connection, so crash can cut it
+	store  *etcdstore.Store
+	lease  *etcdstore.OwnerLease
 }
 
 // run starts embedded etcd and the three nodes, places objects, crashes
 // node-b and lets node-a take its objects over, reporting to out.
 func run(ctx context.Context, out io.Writer) error {
-	srv, err := embedded.Start(ctx, embedded.Config{LogOutput: io.Discard})
+	endpoint, stopEtcd, err := throwawayEtcd(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	fmt.Fprintf(out, "embedded etcd on %s\n", srv.Endpoint())
+	defer stopEtcd()
+	fmt.Fprintf(out, "embedded etcd on %s\n", endpoint)
 
 	nodes := map[string]*node{}
 	defer func() {
@@ -67,7 +68,7 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 	}()
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
-		n, err := startNode(ctx, srv.Endpoint(), name)
+		n, err := startNode(ctx, endpoint, name)
 		if err != nil {
 			return err
 		}
@@ -105,15 +106,19 @@ func run(ctx context.Context, out io.Writer) error {
 
 // startNode opens a node's store on endpoint and acquires its owner lease.
 func startNode(ctx context.Context, endpoint, name string) (*node, error) {
-	store, err := etcdstore.New(ctx, etcdstore.Config{
-		Endpoints: []string{endpoint}, Namespace: namespace, RequestTimeout: 5 * time.Second,
-	})
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
-	n := &node{desc: authority.NodeDescriptor{MeshName: "demo", RID: name}, store: store}
+	store, err := etcdstore.New(ctx, etcdstore.Config{Client: client, Namespace: namespace, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	n := &node{desc: authority.NodeDescriptor{MeshName: "demo", RID: name}, client: client, store: store}
 	if n.lease, err = store.Registry().Acquire(ctx, n.desc, 1, "owner-"+name, leaseTTL); err != nil {
 		_ = store.Close()
+		_ = client.Close()
 		return nil, err
 	}
 	return n, nil
@@ -237,9 +242,11 @@ func (n *node) takeOver(ctx context.Context, owner authority.OwnerToken) ([]auth
 	return keys, nil
 }
 
-// crash stops the node as a killed process would: its client goes away, the
-// lease is not revoked, and etcd expires it after its TTL.
+// crash stops the node as a killed process would: its connection goes
+// first, so the lease is not revoked (Store.Close would revoke it), and etcd
+// expires it after its TTL.
 func (n *node) crash() {
+	_ = n.client.Close()
 	_ = n.store.Close()
 	<-n.lease.Done()
 	n.store = nil
@@ -254,6 +261,7 @@ func (n *node) stop() {
 	defer cancel()
 	_ = n.lease.Close(ctx)
 	_ = n.store.Close()
+	_ = n.client.Close()
 	n.store = nil
 }
 

@@ -83,7 +83,28 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *Metrics {
 	m.compactionsSeen = r.counter("authority_etcd_compactions_seen_total", "Watches or listings that found their revision compacted.")
 	m.noSpace = r.counter("authority_etcd_nospace_errors_total", "etcd requests answered NOSPACE (the cluster is over its backend quota).")
 	m.leases = newLeaseTracker(r)
+	m.zero()
 	return m
+}
+
+// compares are the compare kinds, the label values of
+// authority_failed_compares_total.
+var compares = []Compare{CompareRowVersion, CompareOwnerLease, CompareCapacityEpoch, CompareAggregateRecord, CompareLimit, CompareReservation}
+
+// zero makes every counter series of a known label value exist at 0, so a
+// dashboard panel or an alert on a healthy store shows 0, not "No data":
+// failed compares by kind, retries by operation, and operation errors by
+// operation and sentinel.
+func (m *Metrics) zero() {
+	for _, c := range compares {
+		m.failedCompares.WithLabelValues(string(c))
+	}
+	for op := range numOperations {
+		m.retries.WithLabelValues(op.String())
+		for _, s := range sentinels {
+			m.operationErrs.WithLabelValues(op.String(), s.name)
+		}
+	}
 }
 
 // registrar registers collectors, reusing one already registered under the

@@ -10,6 +10,7 @@ import (
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -434,10 +435,9 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 	}
 	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
 	tokens := map[authority.Key]int64{}
-	for _, n := range next {
-		moved := n.Token == 0
+	for i, n := range next {
 		n.Written(tresp.Header.Revision)
-		if moved {
+		if rec.Request.Participants[i].OwnerTransition == authority.TransitionNewOwner {
 			tokens[n.Key] = n.Token
 		}
 		s.remember(n)
@@ -539,7 +539,13 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
 	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
-	n.OwnerGen, n.Token = 0, 0 // a new owner: resolved to this write's revision
+	n.OwnerGen = 0 // every newOwner transition (as the seed's ++ownerGeneration): this write's revision
+	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
+		// a new owner or owner lease (or, before TokenFollowsOwner, any
+		// newOwner transition): this write's revision; else the row's
+		// owner already: it keeps its token
+		n.Token = 0
+	}
 	t.put(rowKey, n.Encode())
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.del(oldCap)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
@@ -24,6 +25,8 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 			return authority.CompareExchangeResult{}, err
 		}
 		if r == nil || schema.Version(r.ModRev) != expected {
+			// decided without a Txn: counted as the refused Txn would be
+			s.obs.Refused(ctx, observe.CompareRowVersion)
 			return s.conflict(r), nil
 		}
 		cur = r
@@ -63,6 +66,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	default: // put
 		t.cmp(s.rowOwnerLive(cur))
 		next.Payload = m.Payload
+		s.pretendWrite(t, cur, next)
 		t.put(rowKey, next.Encode())
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
@@ -90,7 +94,10 @@ func (s *Store) conflict(r *schema.Row) authority.CompareExchangeResult {
 	return authority.CompareExchangeResult{Kind: authority.KindConflict, Current: s.readResult(r)}
 }
 
+// conflictNow answers a conflict decided without a Txn (the row is not in the
+// expected state or owner), counted as a refused row version compare.
 func (s *Store) conflictNow(ctx context.Context, key authority.Key) (authority.CompareExchangeResult, error) {
+	s.obs.Refused(ctx, observe.CompareRowVersion)
 	r, err := s.loadRow(ctx, key)
 	if err != nil {
 		return authority.CompareExchangeResult{}, err

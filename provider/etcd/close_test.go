@@ -11,6 +11,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Store.Close ends the keep-alive of every owner lease of the store, on a
@@ -45,7 +46,10 @@ func TestCloseEndsWaitForChange(t *testing.T) {
 			Namespace: etcdtest.Namespace(),
 		})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
+		t.Cleanup(func() {
+			_ = s.Close()
+			_, _ = shared.Delete(context.Background(), s.Namespace(), clientv3.WithPrefix())
+		})
 		return s
 	}
 	callers := func(t *testing.T) *etcdstore.Store { return newStore(t, nil, etcdstore.Config{}) }
@@ -69,4 +73,41 @@ func TestCloseEndsWaitForChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Store.Close revokes the owner leases it still holds before it closes the
+// client it dialled, so OwnerLease.Close after Store.Close keeps its promise:
+// the liveness key is gone at once (not after the TTL) and Close answers
+// without error. Before, Close failed on the closed client at every call
+// and the key stayed until the TTL ran out.
+func TestOwnerLeaseCloseAfterStoreCloseOnItsOwnClient(t *testing.T) {
+	ns := etcdtest.Namespace()
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{
+		Endpoints: server.Endpoints(),
+		CAFile:    os.Getenv(etcdtest.EnvCACert), CertFile: os.Getenv(etcdtest.EnvCert), KeyFile: os.Getenv(etcdtest.EnvKey),
+		Username: os.Getenv(etcdtest.EnvUser), Password: os.Getenv(etcdtest.EnvPassword),
+		Namespace: ns,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = s.Close()
+		_, _ = shared.Delete(context.Background(), ns, clientv3.WithPrefix())
+	})
+	ctx := context.Background()
+	l, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "closing-own", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Store.Close returned before the lease's Done closed")
+	}
+	ttl, err := shared.TimeToLive(ctx, etcdstore.LeaseIDOf(l))
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), ttl.TTL, "Store.Close did not revoke the owner lease")
+	for range 2 { // each call keeps the promise
+		require.NoError(t, l.Close(ctx))
+	}
+	_, err = s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "after-close", time.Minute)
+	require.ErrorIs(t, err, authority.ErrClosed)
 }

@@ -56,3 +56,5 @@ func harnessFor(s *etcdstore.Store, clock *authority.ManualClock) *conformance.H
 }
 
 func TestConformance(t *testing.T) { conformance.RunAll(t.Context(), t, etcdFactory) }
+
+func TestFeedConformance(t *testing.T) { conformance.RunTestFeed(t.Context(), t, etcdFactory) }

@@ -361,7 +361,10 @@ func derefComplete(r *authority.CompleteCreationResult) authority.CompleteCreati
 	return *r
 }
 
-// readCreationTerminal returns the unexpired terminal of an operation.
+// readCreationTerminal returns the unexpired terminal of an operation. An
+// expired one it finds it deletes (dropExpired), as the seed's read does, so
+// no later operation of any store sees it again: it answers missing only
+// once the terminal is gone.
 func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationOperation) (authority.TerminalReadResult, error) {
 	if err := authority.ValidateCreationOperation(op); err != nil {
 		return authority.TerminalReadResult{}, err
@@ -383,6 +386,9 @@ func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationO
 		return authority.TerminalReadResult{}, err
 	}
 	if !rec.ExpiresAt.After(now) {
+		if err := s.dropExpired(ctx, s.keys.Terminal(op), kv.ModRevision); err != nil {
+			return authority.TerminalReadResult{}, err
+		}
 		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
 	}
 	return authority.TerminalReadResult{Kind: authority.KindFound, Record: rec}, nil

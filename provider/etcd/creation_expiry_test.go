@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -113,4 +114,36 @@ func TestCompleteCreationRechecksTerminalExpiryAfterLeaseGrant(t *testing.T) {
 
 	// a fresh publication completes the same reservation
 	fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), fx.PublicationFor(fx.Operation(), time.Minute))
+}
+
+// A read that finds a creation terminal expired deletes it (fenced on its
+// ModRevision), so another store whose clock is behind — as a stepped-back
+// clock is — does not see it alive either: expiry seen once holds for every
+// store. Before, the read only hid the terminal.
+func TestExpiredTerminalReadIsGoneForEveryStore(t *testing.T) {
+	ns := etcdtest.Namespace()
+	ahead, behind := authority.NewManualClock(testEpoch), authority.NewManualClock(testEpoch)
+	s1 := newStore(t, nil, etcdstore.Config{Clock: ahead, Namespace: ns})
+	s2 := newStore(t, nil, etcdstore.Config{Clock: behind, Namespace: ns})
+	fx := conformance.NewFixture(t, harnessFor(s1, ahead))
+	r := fx.Reserve(authority.ObjectActor, "seen-expired", conformance.TargetA)
+	pub := fx.PublicationFor(fx.Operation(), time.Minute)
+	fx.MustComplete(r, authority.TerminalCreated, []byte("ready"), pub)
+	ctx := context.Background()
+	read, err := s2.ReadCreationTerminal(ctx, pub.Operation)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindFound, read.Kind, "live at both clocks")
+
+	ahead.Advance(time.Hour)
+	read, err = s1.ReadCreationTerminal(ctx, pub.Operation)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindMissing, read.Kind)
+	read, err = s2.ReadCreationTerminal(ctx, pub.Operation)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindMissing, read.Kind, "s1 saw it expired: s2, whose clock is behind, must not see it alive")
+	got, err := shared.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	for _, kv := range got.Kvs {
+		require.NotContains(t, string(kv.Key), "/terminals/", "the expired terminal was deleted")
+	}
 }

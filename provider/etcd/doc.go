@@ -38,7 +38,9 @@
 // (reserve, or an aggregate's newOwner commit): that write stores a sentinel
 // meaning "my own ModRevision", and the next write of the row stores the
 // resolved number. Its ownership token (Snapshot.OwnershipToken) is kept the
-// same way, set also by a rebind to a new lease. No counter key is shared by
+// same way; it changes exactly when the owner ID or the lease generation
+// changes (so also on a rebind to a new lease, and not on a newOwner commit
+// to the row's current owner). No counter key is shared by
 // all writes.
 //
 // # Fencing

@@ -2,13 +2,9 @@ package etcd
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"time"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
@@ -58,7 +54,9 @@ func mapError(err error, write bool) error {
 		return limitError(flagMaxTxnOps, "the transaction", err)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return limitError(flagMaxRequestBytes, "the request", err)
-	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return authority.Wrap(authority.ErrAccessDenied, "etcd denied the permission: the user's role does not cover the key", err)
+	case errors.Is(err, rpctypes.ErrAuthFailed),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty),
 		errors.Is(err, rpctypes.ErrAuthOldRevision), errors.Is(err, rpctypes.ErrUserNotFound):
 		return authority.Wrap(authority.ErrAccessDenied, "etcd refused the credentials", err)
@@ -112,84 +110,4 @@ func mapError(err error, write bool) error {
 		return unknownOr("failed")
 	}
 	return fmt.Errorf("etcd: %w", err)
-}
-
-// probeTimeout bounds each step of connectFailure's probe.
-const probeTimeout = time.Second
-
-// connectFailure explains why a client could not reach an etcd endpoint,
-// which the client itself does not say (a request to an endpoint it cannot
-// connect to only ends with its context). It dials endpoint with tlsCfg (nil:
-// plain TCP) and, when that fails, returns a typed error naming the cause:
-// ErrAccessDenied when the server refused the client certificate (none,
-// untrusted or expired), ErrUnavailable when the server's certificate is not
-// trusted, when TLS is on at one side only, or when nothing listens. It
-// returns mapError(cause) when the probe finds nothing wrong.
-func connectFailure(ctx context.Context, endpoint string, tlsCfg *tls.Config, cause error) error {
-	addr := endpoint
-	if i := strings.Index(addr, "://"); i >= 0 {
-		addr = addr[i+3:]
-	}
-	if strings.HasPrefix(endpoint, "unix") || addr == "" {
-		return mapError(cause, false)
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf("cannot connect to etcd at %s", addr), err)
-	}
-	defer conn.Close()
-	if tlsCfg == nil {
-		// Does the server speak TLS? Try a handshake that trusts anything.
-		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // probe only
-		var remote *net.OpError
-		if err := tc.HandshakeContext(ctx); err == nil || errors.As(err, &remote) && remote.Op == "remote error" {
-			return authority.Wrap(authority.ErrUnavailable,
-				fmt.Sprintf("etcd at %s requires TLS; set the CA file (and a client certificate and key if it asks for one)", addr), cause)
-		}
-		return mapError(cause, false)
-	}
-	cfg := tlsCfg.Clone()
-	if cfg.ServerName == "" {
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			cfg.ServerName = host
-		}
-	}
-	cfg.NextProtos = []string{"h2"}
-	tc := tls.Client(conn, cfg)
-	err = tc.HandshakeContext(ctx)
-	if err == nil {
-		// With TLS 1.3 the server checks the client certificate after the
-		// client finished its handshake: its refusal is the first record.
-		_ = tc.SetReadDeadline(time.Now().Add(probeTimeout))
-		_, err = tc.Read(make([]byte, 1))
-	}
-	var (
-		remote *net.OpError
-		verify *tls.CertificateVerificationError
-		header tls.RecordHeaderError
-	)
-	switch {
-	case err == nil:
-	case errors.As(err, &verify):
-		return authority.Wrap(authority.ErrUnavailable,
-			fmt.Sprintf("the certificate of etcd at %s is not trusted by the configured CA file", addr), err)
-	case errors.As(err, &header):
-		return authority.Wrap(authority.ErrUnavailable,
-			fmt.Sprintf("etcd at %s does not speak TLS; unset the CA, certificate and key files", addr), err)
-	case errors.Is(err, io.EOF):
-		return authority.Wrap(authority.ErrUnavailable,
-			fmt.Sprintf("etcd at %s closed the connection during the TLS handshake: it may not speak TLS", addr), err)
-	case errors.As(err, &remote) && remote.Op == "remote error":
-		// a TLS alert of the server: "tls: bad certificate", "tls:
-		// certificate required", "tls: unknown certificate authority", ...
-		if strings.Contains(remote.Err.Error(), "certificate") {
-			return authority.Wrap(authority.ErrAccessDenied,
-				fmt.Sprintf("etcd at %s refused the client certificate (none, not signed by its trusted CA, or expired)", addr), err)
-		}
-		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf("TLS handshake with etcd at %s failed", addr), err)
-	}
-	return mapError(cause, false)
 }

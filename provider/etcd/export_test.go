@@ -6,6 +6,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -127,3 +128,12 @@ func SetOwnerIndexPage(t interface{ Cleanup(func()) }, n int) {
 	ownerIndexPage = n
 	t.Cleanup(func() { ownerIndexPage = old })
 }
+
+// FinalizeRacing is Finalize calling afterRead between each status read and
+// the Txn that moves the version.
+func FinalizeRacing(ctx context.Context, kv clientv3.KV, namespace string, target storeversion.Version, afterRead func()) (FinalizeResult, error) {
+	return finalize(ctx, kv, namespace, target, false, afterRead)
+}
+
+// AnnounceTTLSeconds is the TTL of a store's own announcement lease.
+const AnnounceTTLSeconds = int64(announceTTL / time.Second)

@@ -142,6 +142,18 @@ func TestSpanNamesFailedCompare(t *testing.T) {
 		require.GreaterOrEqual(t, trips, 1, "etcd round trips are child spans")
 		require.Equal(t, 1.0, testutil.ToFloat64(failedCompares(t, w.reg).WithLabelValues("row_version")))
 	})
+	// a stale version decided from the row read, without a Txn, counts too
+	t.Run("row_version_without_txn", func(t *testing.T) {
+		w := newSpanWorld(t)
+		key, _ := w.spot(t, "rv-local")
+		// a version the store never cached: it reads the row and answers
+		res, err := w.s1.CompareExchangeAuthority(w.ctx, key, "1", authority.Put([]byte("stale")))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindConflict, res.Kind)
+		compare, _ := w.failedCompare(t, "authority.compare_exchange")
+		require.Equal(t, "row_version", compare)
+		require.Equal(t, 1.0, testutil.ToFloat64(failedCompares(t, w.reg).WithLabelValues("row_version")))
+	})
 	t.Run("owner_lease", func(t *testing.T) {
 		w := newSpanWorld(t)
 		key, snap := w.spot(t, "ol")
@@ -215,4 +227,35 @@ func failedCompares(t *testing.T, reg *prometheus.Registry) *prometheus.CounterV
 	var are prometheus.AlreadyRegisteredError
 	require.ErrorAs(t, reg.Register(vec), &are)
 	return are.ExistingCollector.(*prometheus.CounterVec)
+}
+
+// TestOwnerLeaseMetricsOfStoresSharingARegisterer: two stores on one
+// Registerer (as Config.Registerer invites) both count in the lease gauges,
+// and once the first closes the second's leases still do. Before, the
+// gauges stayed bound to the first store: the second's lease showed 0 held
+// and +Inf left, and after the first closed, for good.
+func TestOwnerLeaseMetricsOfStoresSharingARegisterer(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	ns := etcdtest.Namespace()
+	first := newStore(t, nil, etcdstore.Config{Namespace: ns, Registerer: reg})
+	second := newStore(t, nil, etcdstore.Config{Namespace: ns, Registerer: reg})
+	held := func() float64 { return gauge(t, reg, "authority_owner_leases_held") }
+	left := func() float64 { return gauge(t, reg, "authority_owner_lease_min_remaining_seconds") }
+
+	_, err := second.Registry().Acquire(t.Context(), conformance.NodeA, 1, "owner-second", 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, held(), "the second store's lease")
+	require.Greater(t, left(), 0.0)
+	require.LessOrEqual(t, left(), 30.0)
+
+	_, err = first.Registry().Acquire(t.Context(), conformance.NodeB, 1, "owner-first", 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 2.0, held(), "both stores' leases")
+	require.LessOrEqual(t, left(), 5.0, "the shortest of both")
+
+	require.NoError(t, first.Close())
+	require.Equal(t, 1.0, held(), "the second store's lease, after the first closed")
+	require.Greater(t, left(), 5.0, "the first store's lease no longer counts")
+	require.LessOrEqual(t, left(), 30.0)
+	require.Equal(t, 0.0, gauge(t, reg, "authority_owner_leases_lost_total"), "closing a store loses no lease")
 }

@@ -56,7 +56,10 @@ func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lif
 
 func (s *Store) putLiveness(ctx context.Context, key string, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, lease clientv3.LeaseID) error {
 	v := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: owner.OwnerID, Lease: owner.LeaseGeneration}
-	if _, err := s.kv.Put(ctx, key, v.Encode(), clientv3.WithLease(lease)); err != nil {
+	t := &txn{}
+	t.put(key, v.Encode(), clientv3.WithLease(lease))
+	s.announceOwnerLease(t, lease)
+	if _, err := s.kv.Txn(ctx).Then(t.thenOps()...).Commit(); err != nil {
 		return mapError(err, true)
 	}
 	return nil

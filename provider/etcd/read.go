@@ -90,8 +90,8 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 	if err := authority.ValidateScanLimit(limit); err != nil {
 		return authority.ScanResult{}, err
 	}
-	if strings.IndexByte(prefix, 0) >= 0 {
-		return authority.ScanResult{}, authority.Invalid("Authority scan prefix must not contain NUL.")
+	if err := authority.ValidateScanPrefix(prefix); err != nil {
+		return authority.ScanResult{}, err
 	}
 	var pos authority.ScanPosition
 	if cursor != "" {

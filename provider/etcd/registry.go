@@ -39,6 +39,11 @@ type OwnerLease struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	deadline  atomic.Pointer[time.Time] // see Deadline
+	// revokedByStore is set by Store.Close once it tried to revoke the
+	// lease, storeRevoke to that revoke's error; both are read after
+	// Store.Close's heldLeases.closed channel closed.
+	revokedByStore bool
+	storeRevoke    error
 }
 
 // acquire takes the next lease generation of ownerID on node at lifecycle:
@@ -88,6 +93,7 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		t.cmp(modRevIs(genKey, rev))
 		t.put(genKey, schema.EncodeOwnerGeneration(token.LeaseGeneration))
 		t.put(s.keys.Liveness(node, lifecycle, token), live.Encode(), clientv3.WithLease(grant.ID))
+		s.announceOwnerLease(t, grant.ID)
 		tresp, err := s.sendWrite(rctx, t, "the owner lease")
 		if err != nil {
 			revoke()
@@ -98,13 +104,18 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		}
 		kctx, stop := context.WithCancel(s.life) // Store.Close ends it too
 		l := &OwnerLease{token: token, node: node, lifecycle: lifecycle, lease: grant.ID, r: r, done: make(chan struct{}), stop: stop}
+		if !s.held.add(l) { // the store is closing: it would not revoke l
+			stop()
+			revoke()
+			return nil, authority.ErrClosed
+		}
 		first := granting.Add(time.Duration(grant.TTL) * time.Second)
 		l.deadline.Store(&first)
+		s.obs.Metrics().LeaseDeadline(int64(grant.ID), first) // held once Acquire returns
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			defer close(l.done)
-			s.obs.Metrics().LeaseDeadline(int64(grant.ID), first)
 			l.keepAlive(kctx, time.Duration(grant.TTL)*time.Second)
 			l.ended(kctx.Err() == nil)
 		}()
@@ -117,8 +128,8 @@ func (l *OwnerLease) Token() authority.OwnerToken { return l.token }
 
 // Done is closed when the lease is lost: etcd answers that it expired or was
 // revoked, Deadline passes with no renewal confirmed, or Close is called. The
-// store's Close stops the keep-alive too (Done closes; the lease is not
-// revoked: Close revokes it, else it expires after its TTL).
+// store's Close stops the keep-alive too: Done closes, then Store.Close
+// revokes the lease.
 // It closes no later than the lease can expire at etcd, so work that must
 // stop before another owner may take over can stop on it.
 func (l *OwnerLease) Done() <-chan struct{} { return l.done }
@@ -134,18 +145,39 @@ func (l *OwnerLease) Deadline() time.Time { return *l.deadline.Load() }
 
 // Close stops the keep-alive and revokes the lease: the liveness key goes,
 // the owner's rows stay. After an error (the revoke's outcome is unknown, or
-// etcd was unreachable) call it again: each call tries the revoke.
+// etcd was unreachable) call it again: each call tries the revoke. After
+// Store.Close, which revokes every lease the store still holds (Done closed
+// first), Close of a store that dialled its own client returns the outcome
+// of that revoke: the client is closed, so no later call could try again
+// (an unrevoked lease then expires after its TTL); on a caller's client
+// (Config.Client) each call still tries the revoke.
 func (l *OwnerLease) Close(ctx context.Context) error {
+	l.stopKeepAlive()
+	s := l.r.s
+	if s.closed.Load() && s.ownsClient {
+		select {
+		case <-s.held.closed():
+		case <-ctx.Done():
+			return mapError(context.Cause(ctx), true)
+		}
+		return l.storeRevoke // nil also when an earlier Close revoked it
+	}
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	// a lease that already expired (or an earlier Close revoked) is as gone
+	// as a revoked one
+	if _, err := s.client.Revoke(rctx, l.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return mapError(err, true)
+	}
+	s.held.remove(l)
+	return nil
+}
+
+// stopKeepAlive ends l's keep-alive and waits for it: Done is closed on
+// return.
+func (l *OwnerLease) stopKeepAlive() {
 	l.closeOnce.Do(func() {
 		l.stop()
 		l.wg.Wait()
 	})
-	rctx, cancel := l.r.s.requestContext(ctx)
-	defer cancel()
-	// a lease that already expired (or an earlier Close revoked) is as gone
-	// as a revoked one
-	if _, err := l.r.s.client.Revoke(rctx, l.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return mapError(err, true)
-	}
-	return nil
 }

@@ -88,6 +88,10 @@ func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) 
 		return authority.BlobReadResult{}, err
 	}
 	if !expires.After(r.s.clock.Now()) {
+		// seen expired: gone for every store, whatever their clocks do
+		if err := r.s.dropExpired(ctx, blobKey, kv.ModRevision); err != nil {
+			return authority.BlobReadResult{}, err
+		}
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
 	return authority.BlobReadResult{Kind: authority.KindFound, Bytes: bytes.Clone(data)}, nil

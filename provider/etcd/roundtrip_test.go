@@ -67,7 +67,9 @@ type countingLease struct {
 }
 
 func (l countingLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
-	l.n.Add(1)
+	if ttl != etcdstore.AnnounceTTLSeconds { // the store's announcement is no request's lease
+		l.n.Add(1)
+	}
 	return l.Lease.Grant(ctx, ttl)
 }
 

@@ -25,6 +25,12 @@ func TestConnectFailureNamesTheCause(t *testing.T) {
 		TrustedCAFile: certs.CA.CertFile, ClientCertAuth: true,
 	})
 	plain := etcdtest.StartSecure(t, etcdtest.TLS{})
+	elsewhere, err := certs.CA.Issue(testcerts.Server, "elsewhere", testcerts.ForHosts("etcd.example"))
+	require.NoError(t, err)
+	misnamed := etcdtest.StartSecure(t, etcdtest.TLS{CertFile: elsewhere.CertFile, KeyFile: elsewhere.KeyFile})
+	stale, err := certs.CA.Issue(testcerts.Server, "stale", testcerts.Expired())
+	require.NoError(t, err)
+	outdated := etcdtest.StartSecure(t, etcdtest.TLS{CertFile: stale.CertFile, KeyFile: stale.KeyFile})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closed := l.Addr().String()
@@ -44,10 +50,12 @@ func TestConnectFailureNamesTheCause(t *testing.T) {
 		message  string
 	}{
 		{"RightCertificates", secure.Endpoint(), clientTLS(certs.Client, certs.CA), authority.ErrUnavailable, "etcd read did not complete"},
-		{"ClientCertificateOfAnotherCA", secure.Endpoint(), clientTLS(certs.OtherClient, certs.CA), authority.ErrAccessDenied, "refused the client certificate"},
-		{"ExpiredClientCertificate", "https://" + secure.Endpoint(), clientTLS(expired, certs.CA), authority.ErrAccessDenied, "refused the client certificate"},
-		{"NoClientCertificate", secure.Endpoint(), clientTLS(testcerts.Pair{}, certs.CA), authority.ErrAccessDenied, "refused the client certificate"},
-		{"WrongCA", secure.Endpoint(), clientTLS(certs.Client, certs.OtherCA), authority.ErrUnavailable, "is not trusted by the configured CA file"},
+		{"ClientCertificateOfAnotherCA", secure.Endpoint(), clientTLS(certs.OtherClient, certs.CA), authority.ErrAccessDenied, "signed by an unknown certificate authority"},
+		{"ExpiredClientCertificate", "https://" + secure.Endpoint(), clientTLS(expired, certs.CA), authority.ErrAccessDenied, "refused the client certificate: it has expired"},
+		{"NoClientCertificate", secure.Endpoint(), clientTLS(testcerts.Pair{}, certs.CA), authority.ErrAccessDenied, "requires a client certificate (certificate required)"},
+		{"WrongCA", secure.Endpoint(), clientTLS(certs.Client, certs.OtherCA), authority.ErrUnavailable, "signed by an unknown authority"},
+		{"HostnameMismatch", misnamed.Endpoint(), clientTLS(testcerts.Pair{}, certs.CA), authority.ErrUnavailable, `hostname mismatch: the certificate of etcd at ` + misnamed.Endpoint() + ` is not valid for "127.0.0.1" (it names etcd.example)`},
+		{"ExpiredServerCertificate", outdated.Endpoint(), clientTLS(testcerts.Pair{}, certs.CA), authority.ErrUnavailable, "has expired"},
 		{"PlainClientOfTLSServer", secure.Endpoint(), nil, authority.ErrUnavailable, "requires TLS"},
 		{"TLSClientOfPlainServer", plain.Endpoint(), clientTLS(certs.Client, certs.CA), authority.ErrUnavailable, "may not speak TLS"},
 		{"PlainClientOfPlainServer", "http://" + plain.Endpoint(), nil, authority.ErrUnavailable, "etcd read did not complete"},

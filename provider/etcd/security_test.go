@@ -136,14 +136,15 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 		expired, err := certs.CA.Issue(testcerts.Client, "expired", testcerts.Expired())
 		require.NoError(t, err)
 		for _, tc := range []struct {
-			name string
-			cfg  etcdstore.Config
+			name  string
+			cfg   etcdstore.Config
+			cause string // what the error must name
 		}{
-			{"ClientCertificateOfAnotherCA", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: certs.OtherClient.CertFile, KeyFile: certs.OtherClient.KeyFile}},
-			{"ExpiredClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: expired.CertFile, KeyFile: expired.KeyFile}},
-			{"NoClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile}},
-			{"WrongCA", etcdstore.Config{CAFile: certs.OtherCA.CertFile, CertFile: certs.Client.CertFile, KeyFile: certs.Client.KeyFile}},
-			{"NoTLS", etcdstore.Config{}},
+			{"ClientCertificateOfAnotherCA", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: certs.OtherClient.CertFile, KeyFile: certs.OtherClient.KeyFile}, "unknown certificate authority"},
+			{"ExpiredClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile, CertFile: expired.CertFile, KeyFile: expired.KeyFile}, "expired"},
+			{"NoClientCertificate", etcdstore.Config{CAFile: certs.CA.CertFile}, "certificate required"},
+			{"WrongCA", etcdstore.Config{CAFile: certs.OtherCA.CertFile, CertFile: certs.Client.CertFile, KeyFile: certs.Client.KeyFile}, "unknown authority"},
+			{"NoTLS", etcdstore.Config{}, "requires TLS"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -152,6 +153,8 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 				require.True(t, errors.Is(err, authority.ErrAccessDenied) || errors.Is(err, authority.ErrUnavailable),
 					"want ErrAccessDenied or ErrUnavailable, got %v", err)
 				require.False(t, errors.Is(err, authority.ErrOutcomeUnknown), "nothing was written: %v", err)
+				require.Contains(t, err.Error(), tc.cause)
+				require.NotContains(t, err.Error(), "deadline exceeded", "the cause, not the timeout")
 			})
 		}
 	})
@@ -197,9 +200,9 @@ func TestSecurityTLSClientCertificates(t *testing.T) {
 		cfg.Namespace = "/tenant-cn/a/"
 		workload(t, mustDial(t, srv, cfg))
 		cfg.Namespace = "/tenant-other/"
-		s := mustDial(t, srv, cfg)
-		_, err = s.ReadAuthority(ctx, "actor/x")
+		_, err = dialStore(t, srv, cfg, dialWithin)
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Contains(t, err.Error(), `the etcd user of the client certificate (its common name) lacks read permission on the namespace prefix "/tenant-other/"`)
 	})
 }
 
@@ -257,15 +260,54 @@ func TestSecurityPasswordAuth(t *testing.T) {
 		workload(t, mustDial(t, srv.Server, etcdstore.Config{Username: "tenant-a", Password: "tenant-a-password", Namespace: "/tenant-a/ns-1/"}))
 	})
 
-	// A user of another prefix is refused every read and write, and writes
-	// nothing.
+	// New names the user, the permission it lacks and the prefix when the
+	// role does not cover the namespace, and writes nothing.
+	t.Run("NewChecksTheNamespaceAccess", func(t *testing.T) {
+		const ns = "/tenant-a/ns-3/"
+		_, err := dialStore(t, srv.Server, etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns}, dialWithin)
+		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Contains(t, err.Error(), `etcd user "tenant-b" lacks read permission on the namespace prefix "/tenant-a/ns-3/"`)
+		// a role that may only read the namespace
+		_, err = srv.root.RoleAdd(ctx, "reader")
+		require.NoError(t, err)
+		_, err = srv.root.RoleGrantPermission(ctx, "reader", "/tenant-a/", clientv3.GetPrefixRangeEnd("/tenant-a/"), clientv3.PermissionType(clientv3.PermRead))
+		require.NoError(t, err)
+		_, err = srv.root.UserAdd(ctx, "reader", "reader-password")
+		require.NoError(t, err)
+		_, err = srv.root.UserGrantRole(ctx, "reader", "reader")
+		require.NoError(t, err)
+		_, err = dialStore(t, srv.Server, etcdstore.Config{Username: "reader", Password: "reader-password", Namespace: ns}, dialWithin)
+		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Contains(t, err.Error(), `etcd user "reader" lacks readwrite permission on the namespace prefix "/tenant-a/ns-3/"`)
+		resp, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		require.NoError(t, err)
+		require.Zero(t, resp.Count, "nothing written in the namespace")
+	})
+
+	// A user of another prefix is refused at New, and a store whose
+	// permission is revoked once it runs is refused every read and write.
 	t.Run("OtherPrefixRoleDenied", func(t *testing.T) {
 		const ns = "/tenant-a/ns-2/"
-		s := mustDial(t, srv.Server, etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns})
+		cfg := etcdstore.Config{Username: "tenant-b", Password: "tenant-b-password", Namespace: ns}
+		// New reads the namespace's store version: it is refused at once,
+		// and leaves no lease behind
 		leasesBefore := leaseIDs(t, srv.root)
+		_, err := dialStore(t, srv.Server, cfg, dialWithin)
+		require.ErrorIs(t, err, authority.ErrAccessDenied)
+		require.Equal(t, leasesBefore, leaseIDs(t, srv.root), "a refused New left a lease")
+		// a store whose permission is revoked once it runs is refused every
+		// request
+		_, err = srv.root.RoleGrantPermission(ctx, "tenant-b", ns, clientv3.GetPrefixRangeEnd(ns), clientv3.PermissionType(clientv3.PermReadWrite))
+		require.NoError(t, err)
+		s := mustDial(t, srv.Server, cfg)
+		_, err = srv.root.RoleRevokePermission(ctx, "tenant-b", ns, clientv3.GetPrefixRangeEnd(ns))
+		require.NoError(t, err)
+		opened, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		require.NoError(t, err)
+		leasesBefore = leaseIDs(t, srv.root)
 		fx := conformance.Fixture{T: t, H: harnessFor(s, authority.NewManualClock(testEpoch))}
 		key := fx.Key(authority.ObjectActor, "a1")
-		_, err := s.ReadAuthority(ctx, key)
+		_, err = s.ReadAuthority(ctx, key)
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
 		_, err = s.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "a1", conformance.TargetA))
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
@@ -283,7 +325,7 @@ func TestSecurityPasswordAuth(t *testing.T) {
 		}
 		resp, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		require.NoError(t, err)
-		require.Zero(t, resp.Count, "nothing written in the namespace")
+		require.Equal(t, opened.Count, resp.Count, "nothing written in the namespace")
 		// MarkLive and Acquire revoke the lease they granted; the refused
 		// blob puts share one expiry bucket lease (it expires with the
 		// bucket, and later puts of the bucket reuse it).

@@ -1,7 +1,6 @@
 package etcd_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +32,7 @@ func TestServerVersionWarning(t *testing.T) {
 func TestStoreServerWarning(t *testing.T) {
 	for v, want := range map[string]string{"3.4.23": "fixed in " + etcdstore.RecommendedServer34, "3.5.36": ""} {
 		ep := fakeServer(t, v)
-		s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
+		s, err := newOnFake(t, etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatalf("etcd %s refused: %v", v, err)
 		}

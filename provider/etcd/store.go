@@ -62,7 +62,9 @@ type Config struct {
 	// Namespace prefixes every key; it must end in "/" (default
 	// DefaultNamespace).
 	Namespace string
-	// Clock is the store's clock (default the wall clock).
+	// Clock is the store's clock (default the wall clock). The store reads
+	// it through an authority.MonotonicClock: when it steps back, expiry
+	// does not (docs/deviations.md C18).
 	Clock authority.Clock
 	// CapacityPolicy is the placement capacity policy (nil: every placement
 	// fits). SetCapacityPolicy replaces it.
@@ -90,8 +92,19 @@ type Config struct {
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
-	// SkipVersionCheck skips the server version check of New.
+	// SkipVersionCheck skips the checks New makes of the server: its
+	// version (ServerWarning), and that the client's etcd user may read and
+	// write the namespace (else New fails with ErrAccessDenied naming the
+	// user, the permission and the prefix). Not the store version check:
+	// see storeversion.
 	SkipVersionCheck bool
+
+	// Role is what the process announces itself as under the namespace
+	// (default "store"; authorityctl announces "authorityctl").
+	Role string
+	// Build names the running build in the announcement (default: the
+	// binary's module version or VCS revision).
+	Build string
 
 	// Registerer receives the store's Prometheus metrics (nil: none; two
 	// stores on one Registerer share them).
@@ -141,6 +154,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
+	held   heldLeases                  // owner leases Close revokes
 	closed atomic.Bool
 	// life ends when the store is closed: waits that outlive one request
 	// (WaitForChange, owner lease keep-alives) end with it.
@@ -148,6 +162,9 @@ type Store struct {
 	endLife context.CancelFunc
 	// serverWarning is ServerVersionWarning of the server New checked.
 	serverWarning string
+	// version is the namespace's store version and this process's
+	// announcement (announce.go).
+	version versionGate
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -181,11 +198,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// its records live on leases, which would end before it
 		return nil, authority.Invalid("etcd reservation retention must not exceed 365 days.")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = authority.SystemClock{}
-	}
 	s := &Store{
-		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: cfg.Clock, claims: cfg.IdentityClaims,
+		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: authority.NewMonotonicClock(cfg.Clock), claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
@@ -222,6 +236,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			_ = s.Close()
 			return nil, err
 		}
+		if err := s.checkAccess(ctx); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	if err := s.startVersion(ctx, cfg); err != nil {
+		_ = s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -300,8 +322,9 @@ func checkServerVersion(endpoint, version string) error {
 	return nil
 }
 
-// Close releases the store's leases for MarkLive and closes the client when
-// the store dialled it. Rows and records stay.
+// Close releases the store's leases for MarkLive, stops and revokes every
+// owner lease it still holds (each one's Done closes before its revoke) and
+// closes the client when the store dialled it. Rows and records stay.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -318,6 +341,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.held.close(ctx, s.client) // before the client closes: OwnerLease.Close promises a revoke
+	s.obs.Metrics().Close()     // its leases no longer count in the shared gauges
+	s.closeVersion(ctx)
 	for _, id := range marks {
 		_, _ = s.client.Revoke(ctx, id)
 	}
@@ -370,6 +396,9 @@ func (s *Store) revokeDetached(ctx context.Context, id clientv3.LeaseID) {
 func (s *Store) begin(ctx context.Context) error {
 	if s.closed.Load() {
 		return authority.ErrClosed
+	}
+	if err := s.versionSkew(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }

@@ -276,6 +276,7 @@ func rangeSpiedStore(t *testing.T) (*etcdstore.Store, *conformance.Fixture, *ato
 	c.KV = rangeSpyKV{c.KV, ranges}
 	clock := authority.NewManualClock(testEpoch)
 	s := newStore(t, c, etcdstore.Config{Clock: clock})
+	ranges.Store(0) // New's read of the store version is not a reservation's
 	return s, conformance.NewFixture(t, harnessFor(s, clock)), ranges
 }
 
@@ -399,7 +400,10 @@ func TestWatchedUsageEndsWithStore(t *testing.T) {
 	clock := authority.NewManualClock(testEpoch)
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: shared, Namespace: etcdtest.Namespace(), Clock: clock})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		_ = s.Close()
+		_, _ = shared.Delete(context.Background(), s.Namespace(), clientv3.WithPrefix())
+	})
 	fx := conformance.NewFixture(t, harnessFor(s, clock))
 	s.SetCapacityPolicy(conformance.ActorLimit(10))
 	fx.Reserve(authority.ObjectActor, "a", conformance.TargetA)

@@ -9,8 +9,12 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
 
@@ -34,9 +38,27 @@ func fakeServer(t *testing.T, version string) string {
 	}
 	srv := grpc.NewServer()
 	pb.RegisterMaintenanceServer(srv, fakeMaintenance{version: version})
+	// the store's own requests (its store version, announcements) go to the
+	// real server, through etcd's gRPC proxy
+	c := server.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	kv, kvDone := grpcproxy.NewKvProxy(c)
+	lease, leaseDone := grpcproxy.NewLeaseProxy(ctx, c)
+	watch, watchDone := grpcproxy.NewWatchProxy(ctx, zap.NewNop(), c)
+	pb.RegisterKVServer(srv, kv)
+	pb.RegisterLeaseServer(srv, lease)
+	pb.RegisterWatchServer(srv, watch)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+		cancel()
+		<-leaseDone
+		<-watchDone
+		_ = c.Close()
+		<-kvDone
+	})
 	return lis.Addr().String()
 }
 
@@ -64,7 +86,7 @@ func TestNewRefusesTooOldServer(t *testing.T) {
 func TestNewAcceptsMinimumServer(t *testing.T) {
 	for _, v := range []string{etcdstore.MinServerVersion, "3.4.23"} {
 		ep := fakeServer(t, v)
-		s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
+		s, err := newOnFake(t, etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatalf("etcd %s refused: %v", v, err)
 		}
@@ -74,9 +96,17 @@ func TestNewAcceptsMinimumServer(t *testing.T) {
 	}
 	// the check can be skipped: an old server is then accepted
 	ep := fakeServer(t, "3.3.27")
-	s, err := etcdstore.New(context.Background(), etcdstore.Config{Endpoints: []string{ep}, SkipVersionCheck: true})
+	s, err := newOnFake(t, etcdstore.Config{Endpoints: []string{ep}, SkipVersionCheck: true})
 	if err != nil {
 		t.Fatalf("SkipVersionCheck: %v", err)
 	}
 	_ = s.Close()
+}
+
+// newOnFake is New on a fakeServer, in a fresh namespace deleted at t's
+// cleanup.
+func newOnFake(t *testing.T, cfg etcdstore.Config) (*etcdstore.Store, error) {
+	cfg.Namespace = etcdtest.Namespace()
+	t.Cleanup(func() { _, _ = shared.Delete(context.Background(), cfg.Namespace, clientv3.WithPrefix()) })
+	return etcdstore.New(context.Background(), cfg)
 }

@@ -133,8 +133,10 @@ func (s *Store) commitAggregate(ctx context.Context, fence authority.Fence) (aut
 			s.adjust(countActive, r.meta.entries(), -1)
 			s.ownerGeneration++
 			next.snap.AuthorityOwnerGeneration = s.ownerGeneration
-			next.snap.OwnershipToken = next.version // a new owner
-			tokens[p.AuthorityKey] = next.version
+			if r.snap.Owner() != req.TargetOwner {
+				next.snap.OwnershipToken = next.version // a new owner or owner lease
+			} // else the row's owner already: it keeps its token
+			tokens[p.AuthorityKey] = next.snap.OwnershipToken
 			next.snap.OwnerID = req.TargetOwner.OwnerID
 			next.snap.OwnerLeaseGeneration = req.TargetOwner.LeaseGeneration
 			alloc := next.snap.Allocation

@@ -73,3 +73,7 @@ func leaveGenerations(s *Store, c conformance.GenerationCounter, left int64) {
 func TestConformance(t *testing.T) {
 	conformance.RunAll(t.Context(), t, newHarness)
 }
+
+func TestFeedConformance(t *testing.T) {
+	conformance.RunTestFeed(t.Context(), t, newHarness)
+}

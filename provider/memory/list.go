@@ -101,12 +101,15 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 	return result, nil
 }
 
-// ExpireScans drops every pinned listing: every cursor handed out so far
-// reports KindScanExpired.
+// ExpireScans drops every pinned listing and the row feed's log, as an
+// etcd compaction at the current revision does: every cursor handed out so
+// far reports KindScanExpired, and every feed behind the current revision
+// authority.ErrFeedCompacted.
 func (s *Store) ExpireScans() {
 	s.mu.Lock()
 	clear(s.pins)
 	s.pins = s.pins[:0]
+	s.feed.expire(s.revision)
 	s.mu.Unlock()
 }
 

@@ -34,10 +34,7 @@ var _ authority.RelocationStore = (*RelocationStore)(nil)
 // NewRelocationStore returns an empty relocation store on clock (nil:
 // authority.SystemClock).
 func NewRelocationStore(clock authority.Clock) *RelocationStore {
-	if clock == nil {
-		clock = authority.SystemClock{}
-	}
-	return &RelocationStore{clock: clock, blobs: make(map[authority.BlobReference]*blob)}
+	return &RelocationStore{clock: authority.NewMonotonicClock(clock), blobs: make(map[authority.BlobReference]*blob)}
 }
 
 // PutNew stores a copy of data under a new reference that expires after

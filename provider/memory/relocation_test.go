@@ -100,6 +100,7 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, DefaultReservationRetention, s.retention)
 	require.Equal(t, DefaultScanRetention, s.scanRetention)
 	require.Equal(t, DefaultMaxPinnedScans, s.maxPins)
-	require.IsType(t, authority.SystemClock{}, s.clock)
+	require.IsType(t, &authority.MonotonicClock{}, s.clock, "the wall clock, read monotonically")
+	require.WithinDuration(t, time.Now(), s.clock.Now(), time.Hour, "the wall clock by default")
 	require.NotEqual(t, New(Config{Liveness: NewLiveSet()}).scope, s.scope)
 }

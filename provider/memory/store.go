@@ -42,7 +42,9 @@ type Config struct {
 	// IdentityClaims says which keys are claimed elsewhere; nil means no key is
 	// claimed. SetIdentityClaims replaces it later.
 	IdentityClaims authority.IdentityClaims
-	// Clock is the store's clock; nil means authority.SystemClock.
+	// Clock is the store's clock; nil means authority.SystemClock. The store
+	// reads it through an authority.MonotonicClock: when it steps back,
+	// expiry does not (docs/deviations.md C18).
 	Clock authority.Clock
 	// ReservationRetention is how long a reservation terminal (the record that makes a
 	// re-commit report alreadyCommitted and a re-abort alreadyAborted) and a
@@ -56,6 +58,11 @@ type Config struct {
 	// starting a listing beyond it drops the oldest. 0 means
 	// DefaultMaxPinnedScans.
 	MaxPinnedScans int
+	// FeedRetention is how many row changes the row feed keeps, from the
+	// first WatchRows on, for feeds that are behind or resume; 0 means
+	// DefaultFeedRetention. A feed that needs an older change gets
+	// authority.ErrFeedCompacted.
+	FeedRetention int
 
 	// Registerer receives the store's Prometheus metrics (nil: none; two
 	// stores on one Registerer share them).
@@ -109,6 +116,9 @@ type Store struct {
 	terminalSweep    terminalHeap
 
 	watches map[authority.Key]*watch
+	// feed is the log of row changes the row feeds read (feed.go).
+	feed          feedLog
+	feedRetention int
 	// obs records operations (nil: nothing is recorded).
 	obs *observe.Observer
 	// epoch is the clock's reading at New; reservation deadlines are kept
@@ -119,6 +129,7 @@ type Store struct {
 var (
 	_ authority.Store        = (*Store)(nil)
 	_ authority.ChangeWaiter = (*Store)(nil)
+	_ authority.RowFeed      = (*Store)(nil)
 )
 
 // New returns an empty store. It panics if opts.Liveness is nil.
@@ -141,15 +152,20 @@ func New(opts Config) *Store {
 		watches:            make(map[authority.Key]*watch),
 		obs:                observe.New(observe.Config{Registerer: opts.Registerer, TracerProvider: opts.TracerProvider, Logger: opts.Logger}),
 	}
-	if s.clock == nil {
-		s.clock = authority.SystemClock{}
-	}
+	s.clock = authority.NewMonotonicClock(s.clock) // expiry never goes back (docs/deviations.md C18)
 	s.epoch = s.clock.Now()
 	if s.retention <= 0 {
 		s.retention = DefaultReservationRetention
 	}
 	if s.scanRetention <= 0 {
 		s.scanRetention = DefaultScanRetention
+	}
+	// Revision 1 is the empty store (as in etcd): a feed's After of 0
+	// means "from now", never a revision.
+	s.revision = 1
+	s.feedRetention = opts.FeedRetention
+	if s.feedRetention <= 0 {
+		s.feedRetention = DefaultFeedRetention
 	}
 	if s.maxPins <= 0 {
 		s.maxPins = DefaultMaxPinnedScans
@@ -223,9 +239,16 @@ func (s *Store) row(key authority.Key) *row {
 
 // putRow stores r (a new value) under its key.
 func (s *Store) putRow(r *row) {
-	s.index.SetHint(r, &s.hint)
+	_, replaced := s.index.SetHint(r, &s.hint)
 	s.changed(r.key)
 	r.born = s.revision
+	if s.feed.on {
+		kind := authority.FeedCreated
+		if replaced {
+			kind = authority.FeedUpdated
+		}
+		s.record(kind, r.key, r)
+	}
 }
 
 // writable reports whether the row value r can be rewritten in place: no
@@ -252,12 +275,18 @@ func (s *Store) storeNext(next *row, inPlace bool) {
 	}
 	s.changed(next.key)
 	next.born = s.revision
+	if s.feed.on {
+		s.record(authority.FeedUpdated, next.key, next)
+	}
 }
 
 // deleteRow removes the row at r.key.
 func (s *Store) deleteRow(r *row) {
 	s.index.DeleteHint(r, &s.hint)
 	s.changed(r.key)
+	if s.feed.on {
+		s.record(authority.FeedRemoved, r.key, nil)
+	}
 }
 
 // changed records a write of key: listings pinned before it keep their copy,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -44,10 +45,14 @@ const (
 	// value whose ModRevision is the revision of the node's last capacity
 	// change.
 	EntryCapacityEpoch
+	// EntryStoreVersion is the namespace's active store version
+	// (ActiveVersion set) or a running process's announcement
+	// (Announcement set).
+	EntryStoreVersion
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -70,6 +75,7 @@ var segments = map[EntryKind]string{
 	EntryAggregate:       SegAggregates + "/",
 	EntryBlob:            SegBlobs + "/",
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
+	EntryStoreVersion:    SegStoreVersion + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -133,6 +139,13 @@ type Entry struct {
 	Aggregate *AggregateRecord
 	// Blob is a relocation blob.
 	Blob *Blob
+	// ActiveVersion is the namespace's active store version (the
+	// active-version key).
+	ActiveVersion storeversion.Version
+	// Announcement is a running process's announcement; Lease is the etcd
+	// lease it is attached to.
+	Announcement *Announcement
+	Lease        int64
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a
@@ -259,6 +272,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeAggregate(rest, kv)
 	case EntryCapacityEpoch:
 		err = e.decodeCapacityEpoch(rest, kv)
+	case EntryStoreVersion:
+		err = e.decodeStoreVersion(namespace, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		expires, data, berr := DecodeBlob(kv)

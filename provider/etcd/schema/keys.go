@@ -116,15 +116,18 @@ func (l Layout) CapacityAggregate(a authority.PlacementAllocation, f authority.F
 // read, listed and overwritten by it. New refuses such namespaces.
 var layoutSegments = []string{
 	SegRows, SegOwners, SegOwnerGens, SegOwnerRows, SegCapacity, SegCapacityEpochs,
-	SegReservations, SegTerminals, SegAggregates, SegBlobs,
+	SegReservations, SegTerminals, SegAggregates, SegBlobs, SegStoreVersion,
 }
 
 // ValidateNamespace checks that ns ends in "/", holds no NUL and has no path
 // segment that is a layout segment, so no store's namespace lies inside
 // another store's layout, whichever prefix the other store has.
 func ValidateNamespace(ns string) error {
-	if !strings.HasSuffix(ns, "/") || strings.IndexByte(ns, 0) >= 0 {
-		return authority.Invalid("etcd namespace must end in \"/\".")
+	if !strings.HasSuffix(ns, "/") {
+		return authority.Invalid(fmt.Sprintf("etcd namespace %q must end in \"/\".", ns))
+	}
+	if strings.IndexByte(ns, 0) >= 0 {
+		return authority.Invalid(fmt.Sprintf("etcd namespace %q must not contain NUL.", ns))
 	}
 	for _, seg := range strings.Split(ns, "/") {
 		if slices.Contains(layoutSegments, seg) {

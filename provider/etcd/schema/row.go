@@ -24,6 +24,9 @@ type Row struct {
 	Alloc     authority.PlacementAllocation // the placement and the capacity it holds
 	Pending   *authority.PendingCreation    // a reserved row's creation receipt, else nil
 	Payload   []byte                        // the raw payload
+	// Pretend holds the fields of storeversion.NextPretend, which exist
+	// only in test builds (tag authority_next); empty otherwise.
+	Pretend PretendNext
 }
 
 // pendingWire is a reserved row's creation receipt as stored.
@@ -55,6 +58,7 @@ type rowWire struct {
 	Lifecycle int64        `json:"g"`
 	Capacity  capacityWire `json:"c"`
 	Pending   *pendingWire `json:"pc,omitempty"`
+	pretendWire
 }
 
 // Encode returns the stored value of r. An OwnerGen or Token of 0 is stored
@@ -67,6 +71,7 @@ func (r *Row) Encode() string {
 		State: string(r.Alloc.State), Kind: string(r.Alloc.ObjectKind), Stable: r.Alloc.StableType,
 		Mesh: r.Alloc.Descriptor.MeshName, RID: r.Alloc.Descriptor.RID,
 		Lifecycle: r.Alloc.DescriptorLifecycleGeneration, Capacity: encodeCapacity(r.Alloc.Capacity),
+		pretendWire: r.Pretend.wire(),
 	}
 	if p := r.Pending; p != nil {
 		w.Pending = &pendingWire{ReservationID: p.ReservationID, Reference: p.RequestContentReference, SHA256: p.RequestSHA256, Size: p.RequestEncodedSize}
@@ -111,6 +116,7 @@ func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 			DescriptorLifecycleGeneration: w.Lifecycle, Capacity: w.Capacity.vector(),
 		},
 		Payload: bytes.Clone(v[1+sz+int(n):]),
+		Pretend: w.pretendWire.row(),
 	}
 	if r.OwnerGen == 0 {
 		if kv.ModRevision <= 0 { // no revision to stand for: not a key etcd returned

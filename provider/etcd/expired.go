@@ -1,0 +1,24 @@
+package etcd
+
+import (
+	"context"
+)
+
+// dropExpired deletes key, a record this store read at ModRevision rev and
+// judged expired, in one Txn fenced on that ModRevision: a record written
+// anew since (a new creation terminal) stays, and a record already gone is
+// left gone. etcd removes an expired record only when its lease runs out,
+// after its expiry; until then each store judges it on its own clock. The
+// delete makes the expiry this store saw hold for every store, whatever
+// their clocks do (docs/deviations.md C18). A Txn whose compare fails
+// succeeded as far as the caller cares: the record it judged is gone.
+func (s *Store) dropExpired(ctx context.Context, key string, rev int64) error {
+	t := &txn{}
+	t.cmp(modRevIs(key, rev))
+	t.del(key)
+	if err := s.check(t, "the expired record's delete"); err != nil {
+		return err
+	}
+	_, err := s.batch.commit(ctx, t)
+	return err
+}

@@ -1,0 +1,6 @@
+//go:build !authority_next
+
+package storeversion
+
+// latest is Latest in a released build.
+const latest = TokenFollowsOwner
