@@ -40,9 +40,9 @@ type failoverNodeConfig struct {
 	TTL       time.Duration `json:"ttl"`
 }
 
-// failoverNodeLine is one line a node writes: "ready" (the holder once its
-// rows are placed, a writer once it writes) or a writer's cumulative
-// "writes" counts.
+// failoverNodeLine is one line a node writes: "ready" (once it holds its
+// lease), the holder's "fill" progress and "filled" (its rows placed), or a
+// writer's cumulative "writes" counts.
 type failoverNodeLine struct {
 	Event      string `json:"event"`
 	OwnerID    string `json:"ownerID,omitempty"`
@@ -97,10 +97,22 @@ func runFailoverNode(cfg failoverNodeConfig) error {
 	out := json.NewEncoder(os.Stdout)
 	ready := failoverNodeLine{Event: "ready", OwnerID: ownerID, Generation: lease.Token().LeaseGeneration}
 	if cfg.Role == "holder" {
-		if err := fillHolder(st, tgt, cfg.RID, cfg.Rows); err != nil {
+		// ready once it holds its lease; then its fill's progress, then
+		// "filled"; then it waits to be killed
+		if err := out.Encode(ready); err != nil {
 			return err
 		}
-		if err := out.Encode(ready); err != nil {
+		var placed atomic.Int64
+		go func() {
+			for {
+				time.Sleep(500 * time.Millisecond)
+				_ = out.Encode(failoverNodeLine{Event: "fill", At: time.Now().UnixNano(), OK: placed.Load()})
+			}
+		}()
+		if err := fillHolder(st, tgt, cfg.RID, cfg.Rows, &placed); err != nil {
+			return err
+		}
+		if err := out.Encode(failoverNodeLine{Event: "filled", OK: placed.Load()}); err != nil {
 			return err
 		}
 		select {} // until killed
@@ -111,8 +123,9 @@ func runFailoverNode(cfg failoverNodeConfig) error {
 	return writeUntilEnded(st, tgt, cfg.RID, out)
 }
 
-// fillHolder places rows active User Spots on tgt, 32 at a time.
-func fillHolder(st *etcdstore.Store, tgt authority.CreationTarget, rid string, rows int) error {
+// fillHolder places rows active User Spots on tgt, 32 at a time, counting
+// them in placed.
+func fillHolder(st *etcdstore.Store, tgt authority.CreationTarget, rid string, rows int, placed *atomic.Int64) error {
 	var wg sync.WaitGroup
 	var next atomic.Int64
 	errs := make(chan error, 32)
@@ -123,6 +136,7 @@ func fillHolder(st *etcdstore.Store, tgt authority.CreationTarget, rid string, r
 					errs <- err
 					return
 				}
+				placed.Add(1)
 			}
 		})
 	}

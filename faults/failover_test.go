@@ -60,6 +60,7 @@ func TestFailover(t *testing.T) {
 	holder := startLineChild(t, envFailoverNode, failoverNodeConfig{Endpoints: c.Endpoints(), Namespace: ns, Role: "holder",
 		RID: "holder", Rows: rows, TTL: ttl}, func(l failoverNodeLine) bool { return l.Event == "ready" })
 	old := authority.OwnerToken{OwnerID: holder.ready.OwnerID, LeaseGeneration: holder.ready.Generation}
+	waitFilled(t, holder)
 	var writers []*lineChild[failoverNodeLine]
 	for _, rid := range []string{"writer-1", "writer-2"} {
 		writers = append(writers, startLineChild(t, envFailoverNode, failoverNodeConfig{Endpoints: c.Endpoints(), Namespace: ns,
@@ -117,6 +118,28 @@ func TestFailover(t *testing.T) {
 		rows, rebind.Seconds(), float64(rows)/rebind.Seconds(), remove.Seconds(), float64(rows)/remove.Seconds(), writes, failed)
 	if writes == 0 {
 		t.Error("the other nodes wrote nothing during the failover")
+	}
+}
+
+// waitFilled waits until the holder reports its rows placed, as long as its
+// fill keeps making progress (no settleTimeout without a row placed).
+func waitFilled(t *testing.T, holder *lineChild[failoverNodeLine]) {
+	t.Helper()
+	var placed int64
+	for {
+		var filled, moved bool
+		holder.waitFor(t, "its fill's progress", func(ls []failoverNodeLine) bool {
+			for _, l := range ls {
+				filled = filled || l.Event == "filled"
+				if l.Event == "fill" && l.OK > placed {
+					placed, moved = l.OK, true
+				}
+			}
+			return filled || moved
+		})
+		if filled {
+			return
+		}
 	}
 }
 
