@@ -43,6 +43,11 @@ type FeedRequest struct {
 	// after it. 0 (without List): start at the store's revision when the
 	// feed opens. Negative is ErrInvalidArgument.
 	After int64
+	// KeepUndecodable delivers a row the store cannot decode as an event
+	// with Undecodable set (and no Snapshot), and goes on; without it such
+	// a row ends the feed with its ErrCorrupt. For tools that show what is
+	// stored (authorityctl watch); a cache must not skip a row.
+	KeepUndecodable bool
 }
 
 // FeedBatchKind says what a FeedBatch holds.
@@ -95,6 +100,9 @@ type FeedEvent struct {
 	// its revision, shared by every row of one Txn; memory: its write
 	// counter).
 	Revision int64
+	// Undecodable is the ErrCorrupt of a row the store could not decode
+	// (only with FeedRequest.KeepUndecodable; Snapshot is then nil).
+	Undecodable error
 }
 
 // FeedBatch is what a feed delivers at a time.

@@ -171,10 +171,11 @@ func newWatchCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch [PREFIX]",
 		Short: "Stream changes of authority rows whose key starts with PREFIX",
-		Long: `Stream row changes (put, delete) as they happen, from --rev when given
-(replaying history still held by etcd). One line (table), one JSON object per
-line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
---count changes.`,
+		Long: `Stream row changes (created, updated, removed) as they happen, from the
+store's typed row feed, from --rev when given (replaying history still held
+by etcd). One line (table), one JSON object per line (json) or one YAML
+document (yaml) per change. A row that does not decode is shown without its
+content and named on stderr. Stops on Ctrl-C or after --count changes.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := intRange("--rev", rev, 0, math.MaxInt64); err != nil {
@@ -183,9 +184,9 @@ line (json) or one YAML document (yaml) per change. Stops on Ctrl-C or after
 			if err := intRange("--count", int64(count), 0, maxWatchCount); err != nil {
 				return err
 			}
-			prefix := schema.Prefix(g.namespace, schema.EntryRow)
+			prefix := ""
 			if len(args) == 1 {
-				prefix += args[0]
+				prefix = args[0]
 			}
 			return runWatch(cmd.Context(), g, prefix, rev, count)
 		},

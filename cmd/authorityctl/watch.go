@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	authority "github.com/zlink-systems/authority"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,20 +21,24 @@ import (
 // warns (a brief reconnect says nothing).
 const disconnectGrace = time.Second
 
-// runWatch streams the row changes under prefix from rev (0: now), count of
-// them (0: until stopped). While etcd cannot be reached it warns on stderr;
-// when it is back it says whether changes were missed (compacted meanwhile)
-// and goes on from the oldest revision etcd still holds.
+// runWatch streams the changes of the rows whose key starts with prefix
+// from rev (0: now) through the store's typed row feed, count of them (0:
+// until stopped). While etcd cannot be reached it warns on stderr; when it
+// is back it says whether changes were missed (compacted meanwhile), and a
+// compacted gap is named and skipped.
 func runWatch(ctx context.Context, g *globals, prefix string, rev int64, count int) error {
-	c, _, err := g.dial(ctx, false)
+	s, c, done, err := g.store(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer done()
 	if g.output == outputTable || g.output == outputWide {
 		fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
 	}
-	w := &watcher{g: g, c: c, prefix: prefix, count: count, next: rev}
+	w := &watcher{g: g, c: c, s: s, prefix: prefix, count: count, after: max(rev-1, 0)}
+	if rev == 1 {
+		w.after = 1 // revision 1 holds no write: "after 1" replays everything
+	}
 	mctx, stopMonitor := context.WithCancel(ctx)
 	defer stopMonitor()
 	go w.monitor(mctx, c.ActiveConnection())
@@ -41,62 +47,52 @@ func runWatch(ctx context.Context, g *globals, prefix string, rev int64, count i
 		if ctx.Err() != nil || errors.Is(err, errWatchDone) {
 			return nil // the user stopped it, or --count changes came
 		}
-		var compacted *compactedError
-		if !errors.As(err, &compacted) || (w.seen == 0 && rev > 0) {
-			return err // --rev itself is compacted: the user's to change
+		oldest, compacted := etcdstore.FeedCompactRevision(err)
+		if !compacted || (w.seen == 0 && rev > 0) {
+			if compacted {
+				return fmt.Errorf("watch: --rev %d is compacted (the oldest revision etcd still holds is %d): %w", rev, oldest, err)
+			}
+			return err
 		}
 		fmt.Fprintf(g.stderr, "warning: missed changes: revisions %d..%d were compacted before the watch read them; going on from %d\n",
-			w.next, compacted.oldest-1, compacted.oldest)
-		w.next = compacted.oldest
+			w.after+1, oldest-1, oldest)
+		w.after = oldest - 1
 	}
 }
-
-// compactedError is a watch refused because its start revision is
-// compacted; oldest is the oldest revision etcd still holds.
-type compactedError struct {
-	oldest int64
-	err    error
-}
-
-func (e *compactedError) Error() string { return e.err.Error() }
-func (e *compactedError) Unwrap() error { return e.err }
 
 // watcher is one watch command's state.
 type watcher struct {
 	g      *globals
 	c      *clientv3.Client
-	prefix string
+	s      *etcdstore.Store
+	prefix string // of authority keys
 	count  int
-	// next is the revision to watch from (0: now); seen the changes
-	// printed.
-	next int64
-	seen int
+	// after is the revision the feed resumes after (0: now); seen the
+	// changes printed.
+	after int64
+	seen  int
 	// mu guards last, the revision of the last change printed.
 	mu   sync.Mutex
 	last int64
 }
 
-// watch runs one etcd watch until it ends: nil after --count changes, a
-// *compactedError, or another error.
+// watch runs one feed until it ends: errWatchDone after --count changes,
+// a compaction (authority.ErrFeedCompacted), or another error.
 func (w *watcher) watch(ctx context.Context) error {
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if w.next > 0 {
-		opts = append(opts, clientv3.WithRev(w.next))
+	feed, err := w.s.WatchRows(ctx, authority.FeedRequest{Prefix: w.prefix, After: w.after, KeepUndecodable: true})
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
 	}
-	for wr := range w.c.Watch(clientv3.WithRequireLeader(wctx), w.prefix, opts...) {
+	defer feed.Close()
+	for {
+		b, err := feed.Next(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
 		}
-		if err := wr.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return &compactedError{oldest: wr.CompactRevision,
-					err: fmt.Errorf("watch: --rev %d is compacted (the oldest revision etcd still holds is %d): %w", w.next, wr.CompactRevision, err)}
-			}
+		if err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
-		for _, ev := range wr.Events {
+		for _, ev := range b.Events {
 			if err := w.print(ev); err != nil {
 				return err
 			}
@@ -104,40 +100,30 @@ func (w *watcher) watch(ctx context.Context) error {
 				return errWatchDone
 			}
 		}
+		w.after = b.Revision
 	}
-	if ctx.Err() != nil {
-		return nil // the user stopped it (Ctrl-C, SIGTERM): not a failure
-	}
-	return errors.New("watch: the watch ended without an error (the client closed)")
 }
 
 // errWatchDone ends a watch that printed --count changes.
 var errWatchDone = errors.New("done")
 
 // print writes one change and remembers its revision.
-func (w *watcher) print(ev *clientv3.Event) error {
-	// the kinds of the typed row feed (authority.FeedEventKind)
-	v := eventView{Revision: ev.Kv.ModRevision, Type: "UPDATED",
-		Key: strings.TrimPrefix(string(ev.Kv.Key), schema.Prefix(w.g.namespace, schema.EntryRow))}
-	if ev.IsCreate() {
-		v.Type = "CREATED"
-	}
-	if ev.Type == clientv3.EventTypeDelete {
-		v.Type = "REMOVED"
-	} else if e, err := schema.DecodeEntry(w.g.namespace, ev.Kv); err == nil {
-		rv := viewRow(e.Key, e.Snapshot)
+func (w *watcher) print(ev authority.FeedEvent) error {
+	v := eventView{Revision: ev.Revision, Type: strings.ToUpper(string(ev.Kind)), Key: string(ev.Key)}
+	switch {
+	case ev.Undecodable != nil:
+		fmt.Fprintf(w.g.stderr, "warning: %v\n", ev.Undecodable)
+	case ev.Snapshot != nil:
+		rv := viewRow(ev.Key, ev.Snapshot)
 		v.Row = &rv
-	} else {
-		fmt.Fprintf(w.g.stderr, "warning: %v\n", err)
 	}
 	if err := writeEvent(w.g, v); err != nil {
 		return err
 	}
 	w.seen++
 	w.mu.Lock()
-	w.last = ev.Kv.ModRevision
+	w.last = ev.Revision
 	w.mu.Unlock()
-	w.next = ev.Kv.ModRevision + 1
 	return nil
 }
 
@@ -191,7 +177,8 @@ func (w *watcher) reconnected(ctx context.Context, down time.Duration) {
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, w.g.dialTimeout)
 	defer cancel()
-	resp, err := w.c.Get(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	rows := schema.Prefix(w.g.namespace, schema.EntryRow) + w.prefix
+	resp, err := w.c.Get(ctx, rows, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		fmt.Fprintf(w.g.stderr, "note: reconnected to etcd after %s; cannot tell yet whether changes were missed: %v\n", down.Truncate(time.Millisecond), err)
 		return
@@ -201,7 +188,7 @@ func (w *watcher) reconnected(ctx context.Context, down time.Duration) {
 			down.Truncate(time.Millisecond), resp.Header.Revision)
 		return
 	}
-	_, err = w.c.Get(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(last))
+	_, err = w.c.Get(ctx, rows, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(last))
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		fmt.Fprintf(w.g.stderr, "note: reconnected to etcd after %s; changes after revision %d were compacted meanwhile: some may be missed (named when the watch resumes)\n",

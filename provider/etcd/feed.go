@@ -59,7 +59,7 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 		return nil, err
 	}
 	base := s.keys.RowsPrefix()
-	f := &etcdFeed{s: s, base: base, from: base + req.Prefix, reliable: reliable, pos: req.After}
+	f := &etcdFeed{s: s, base: base, from: base + req.Prefix, reliable: reliable, pos: req.After, keepBad: req.KeepUndecodable}
 	switch {
 	case req.List:
 		if err := f.list(ctx); err != nil {
@@ -141,6 +141,7 @@ type etcdFeed struct {
 	base     string // the rows/ prefix
 	from     string // the watched range's start: base + the feed's prefix
 	reliable bool
+	keepBad  bool // FeedRequest.KeepUndecodable
 
 	wctx     context.Context
 	cancel   context.CancelFunc
@@ -221,13 +222,17 @@ func (f *etcdFeed) decode(kv *mvccpb.KeyValue, del bool, now time.Time) (authori
 		ev.Kind = authority.FeedRemoved
 		return ev, nil
 	}
-	r, err := schema.DecodeRow(key, kv)
-	if err != nil {
-		return authority.FeedEvent{}, err
-	}
 	ev.Kind = authority.FeedUpdated
 	if kv.CreateRevision == kv.ModRevision {
 		ev.Kind = authority.FeedCreated
+	}
+	r, err := schema.DecodeRow(key, kv)
+	if err != nil {
+		if f.keepBad && errors.Is(err, authority.ErrCorrupt) {
+			ev.Undecodable = err
+			return ev, nil
+		}
+		return authority.FeedEvent{}, err
 	}
 	ev.Snapshot = r.Snapshot(now)
 	return ev, nil

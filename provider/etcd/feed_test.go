@@ -1,9 +1,11 @@
 package etcd_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	authority "github.com/zlink-systems/authority"
 
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
@@ -19,4 +21,65 @@ func TestFeedProgressNotifyReliable(t *testing.T) {
 	} {
 		require.Equal(t, want, etcdstore.ProgressNotifyReliable(v), v)
 	}
+}
+
+// TestFeedKeepUndecodable: a row the store cannot decode ends a feed with
+// ErrCorrupt, or, with KeepUndecodable, comes as an event naming it, in
+// order, and the feed goes on.
+func TestFeedKeepUndecodable(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, nil, etcdstore.Config{})
+	rows := s.Namespace() + "rows/"
+	open := func(keep bool) authority.Feed {
+		f, err := s.WatchRows(ctx, authority.FeedRequest{Prefix: "actor/", KeepUndecodable: keep})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+	strict, keeping := open(false), open(true)
+	bad, err := shared.Put(ctx, rows+"actor/bad", "not a row")
+	require.NoError(t, err)
+	gone, err := shared.Delete(ctx, rows+"actor/bad")
+	require.NoError(t, err)
+	var got []authority.FeedEvent
+	for len(got) < 2 {
+		b, err := keeping.Next(ctx)
+		require.NoError(t, err)
+		got = append(got, b.Events...)
+	}
+	require.Equal(t, authority.FeedCreated, got[0].Kind)
+	require.Equal(t, bad.Header.Revision, got[0].Revision)
+	require.Nil(t, got[0].Snapshot)
+	require.ErrorIs(t, got[0].Undecodable, authority.ErrCorrupt)
+	require.Equal(t, authority.FeedRemoved, got[1].Kind)
+	require.Equal(t, gone.Header.Revision, got[1].Revision)
+	for {
+		b, err := strict.Next(ctx)
+		if err != nil {
+			require.ErrorIs(t, err, authority.ErrCorrupt)
+			break
+		}
+		require.Empty(t, b.Events, "a strict feed delivered %+v", b.Events)
+	}
+}
+
+// TestFeedCompactRevision: a feed resumed after a compacted revision ends
+// with ErrFeedCompacted naming the oldest revision etcd holds.
+func TestFeedCompactRevision(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, nil, etcdstore.Config{})
+	put, err := shared.Put(ctx, s.Namespace()+"rows/actor/gone", "x")
+	require.NoError(t, err)
+	compactNow(t)
+	behind, err := s.WatchRows(ctx, authority.FeedRequest{Prefix: "actor/", After: put.Header.Revision - 1})
+	if err == nil {
+		defer behind.Close()
+		_, err = behind.Next(ctx)
+	}
+	require.ErrorIs(t, err, authority.ErrFeedCompacted)
+	oldest, ok := etcdstore.FeedCompactRevision(err)
+	require.True(t, ok)
+	require.Greater(t, oldest, put.Header.Revision)
+	_, ok = etcdstore.FeedCompactRevision(authority.ErrCorrupt)
+	require.False(t, ok)
 }

@@ -52,7 +52,8 @@ func (f *etcdFeed) batch(wr clientv3.WatchResponse) (b authority.FeedBatch, ok b
 	switch {
 	case wr.CompactRevision != 0:
 		return b, false, authority.Wrap(authority.ErrFeedCompacted,
-			"etcd compacted revision "+itoa(wr.CompactRevision)+", past the feed's position "+itoa(f.pos), nil)
+			"etcd compacted revision "+itoa(wr.CompactRevision)+", past the feed's position "+itoa(f.pos),
+			compactedAt(wr.CompactRevision))
 	case wr.Err() != nil:
 		return b, false, f.ended(wr.Err())
 	case wr.IsProgressNotify():
@@ -132,4 +133,21 @@ func (f *etcdFeed) isClosed() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.closed
+}
+
+// compactedAt is the cause of a feed's ErrFeedCompacted: the revision etcd
+// compacted, the oldest it still holds.
+type compactedAt int64
+
+func (c compactedAt) Error() string { return "etcd compacted revision " + itoa(int64(c)) }
+
+// FeedCompactRevision returns the oldest revision etcd still held when a
+// feed ended with authority.ErrFeedCompacted (a feed resumed after it minus
+// one misses nothing more); ok is false for any other error.
+func FeedCompactRevision(err error) (rev int64, ok bool) {
+	var c compactedAt
+	if errors.As(err, &c) {
+		return int64(c), true
+	}
+	return 0, false
 }
