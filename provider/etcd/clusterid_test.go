@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/zlink-systems/authority/internal/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -15,7 +16,7 @@ import (
 // (SkipVersionCheck).
 func TestClusterIDIsTheServersClusterID(t *testing.T) {
 	ctx := context.Background()
-	resp, err := shared.Get(ctx, "cluster-id-probe", clientv3.WithCountOnly())
+	resp, err := shared.Get(ctx, etcdtest.Namespace()+"cluster-id-probe", clientv3.WithCountOnly())
 	require.NoError(t, err)
 	want := fmt.Sprintf("%x", resp.Header.ClusterId)
 	require.NotEqual(t, "0", want)

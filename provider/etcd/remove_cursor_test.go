@@ -91,7 +91,13 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 		}
 		require.Greater(t, k, index[i-1], "read %d goes back", i)
 	}
-	require.Equal(t, 2, atPrefix, "index reads starting at the owner's prefix: %q", index)
+	if etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+		require.Equal(t, 2, atPrefix, "index reads starting at the owner's prefix: %q", index)
+	} else {
+		// the windowed fallback also reads the first page's revision at the
+		// prefix; a read from the prefix a batch would be 6 or more
+		require.Contains(t, []int{2, 3}, atPrefix, "index reads starting at the owner's prefix: %q", index)
+	}
 }
 
 // On etcd 3.7 RemoveAllByOwner streams its owner index a page at a time:
