@@ -73,6 +73,8 @@ const (
 	externalLimits       = "the test needs the server's default --max-txn-ops and --max-request-bytes, " +
 		"an external cluster may run other values"
 	externalForeignKeys = "the test writes keys outside its namespace and asserts no other test namespace exists"
+	externalFakeServer  = "the fake old server passes the store's requests to the suite's server through etcd's gRPC proxy, " +
+		"whose leader check watches a key outside the test prefix (the embedded server of every go test runs it)"
 )
 
 // claimSet is a concurrency-safe authority.IdentityClaims.

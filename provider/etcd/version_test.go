@@ -32,6 +32,7 @@ func (f fakeMaintenance) Status(context.Context, *pb.StatusRequest) (*pb.StatusR
 // fakeServer serves fakeMaintenance on a loopback port until t ends.
 func fakeServer(t *testing.T, version string) string {
 	t.Helper()
+	etcdtest.SkipIfExternal(t, externalFakeServer)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
