@@ -145,39 +145,6 @@ func fillHolder(st *etcdstore.Store, tgt authority.CreationTarget, rid string, r
 	return <-errs
 }
 
-// placeWithPayload reserves and commits the active User Spot id on tgt with
-// payload (retrying transient errors).
-func placeWithPayload(st *etcdstore.Store, tgt authority.CreationTarget, id string, payload []byte) (*authority.Snapshot, error) {
-	req := reserveRequest(authority.ObjectUserSpot, id, tgt, "creating")
-	var r reservation
-	if err := childRetry(func(ctx context.Context) error {
-		res, err := st.Reserve(ctx, req)
-		if err == nil && res.Kind != authority.KindReserved {
-			return fmt.Errorf("reserve %s: %s", id, res.Kind)
-		}
-		if err == nil {
-			r = reservation{req: req, id: res.ReservationID, row: res.Creating}
-		}
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	var ready *authority.Snapshot
-	err := childRetry(func(ctx context.Context) error {
-		c := r.commit("")
-		c.ReadyPayload = payload
-		res, err := st.Commit(ctx, c)
-		if err == nil && res.Kind != authority.KindCommitted {
-			return fmt.Errorf("commit %s: %s", id, res.Kind)
-		}
-		if err == nil {
-			ready = res.Ready
-		}
-		return err
-	})
-	return ready, err
-}
-
 // writeUntilEnded places new rows on tgt from 4 goroutines, each write a
 // reserve and a commit with no retry, and reports the counts every 100 ms
 // until the process is ended.

@@ -163,6 +163,11 @@ func (o *pausedOwner) place(id string) error {
 // placeActive reserves and commits the active User Spot id on tgt (in a
 // child process: retrying transient errors) and returns the Ready row.
 func placeActive(st *etcdstore.Store, tgt authority.CreationTarget, id string) (*authority.Snapshot, error) {
+	return placeWithPayload(st, tgt, id, []byte(id+"-ready"))
+}
+
+// placeWithPayload is placeActive with the Ready payload given.
+func placeWithPayload(st *etcdstore.Store, tgt authority.CreationTarget, id string, payload []byte) (*authority.Snapshot, error) {
 	req := reserveRequest(authority.ObjectUserSpot, id, tgt, id+"-creating")
 	var r reservation
 	if err := childRetry(func(ctx context.Context) error {
@@ -179,7 +184,9 @@ func placeActive(st *etcdstore.Store, tgt authority.CreationTarget, id string) (
 	}
 	var ready *authority.Snapshot
 	err := childRetry(func(ctx context.Context) error {
-		res, err := st.Commit(ctx, r.commit(id+"-ready"))
+		c := r.commit("")
+		c.ReadyPayload = payload
+		res, err := st.Commit(ctx, c)
 		if err == nil && res.Kind != authority.KindCommitted {
 			return fmt.Errorf("commit %s: %s", id, res.Kind)
 		}
