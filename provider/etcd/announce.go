@@ -114,6 +114,15 @@ func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 // key of the namespace was written since the read that found it empty; a
 // namespace with any key (an earlier build's) stays where it is.
 func (s *Store) bootstrapVersion(ctx context.Context) error {
+	// a namespace with its version set needs nothing: skip the range read
+	// below, which etcd counts to the namespace's end (0.24 s at 1M rows)
+	active, err := s.kv.Get(ctx, s.keys.ActiveVersion(), clientv3.WithKeysOnly())
+	if err != nil {
+		return mapError(err, false)
+	}
+	if len(active.Kvs) > 0 {
+		return nil
+	}
 	ns := s.keys.Namespace()
 	resp, err := s.kv.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
