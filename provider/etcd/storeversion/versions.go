@@ -12,8 +12,10 @@
 //
 // # Introducing a change to a stored value or a fence
 //
-//  1. Add a constant below, one higher than Latest's, with its description
-//     and its entry in changes. Raise latest (latest.go) to it.
+//  1. Add a constant below, one higher than the newest released one (move
+//     NextPretend up: it stays beyond every released version), with a doc
+//     comment saying what changes and whether it is a stored format or a
+//     fence rule, and its entry in names. Raise latest (latest.go) to it.
 //  2. Read both: every decoder accepts the old form and the new one (and
 //     strict decoding keeps refusing anything else).
 //  3. Write the old: the new form or rule is used only where
@@ -59,34 +61,16 @@ const MinSupported = Base
 // Latest is the newest version this build works at (and announces).
 const Latest = latest
 
-// Change describes one gated change.
-type Change struct {
-	// Version is the version that introduces the change.
-	Version Version
-	// Name is the constant's name.
-	Name string
-	// Kind is "format" (a stored value changes) or "fence" (a write's
-	// conditions or a token rule change).
-	Kind string
-	// Description says what changes once the namespace is at Version.
-	Description string
-}
-
-var changes = []Change{
-	{Base, "Base", "format", "row format 1 with ownership tokens, aggregate records format 1, capacity epochs"},
-	{TokenFollowsOwner, "TokenFollowsOwner", "fence", "an aggregate commit that keeps the row's owner and lease generation keeps its ownership token"},
-	{NextPretend, "NextPretend", "format", "test builds only: a row field and a fence rule no released build knows"},
-}
-
-// Changes returns the changes this build knows, oldest first, up to Latest.
-func Changes() []Change {
-	var out []Change
-	for _, c := range changes {
-		if c.Version <= Latest {
-			out = append(out, c)
-		}
-	}
-	return out
+// names is every version's constant name, oldest first. String reads it;
+// TestNamesAreTheConstants checks each name against the constant beside it
+// and that every constant of type Version has its entry.
+var names = []struct {
+	v    Version
+	name string
+}{
+	{Base, "Base"},
+	{TokenFollowsOwner, "TokenFollowsOwner"},
+	{NextPretend, "NextPretend"},
 }
 
 // Known reports whether v is a version this build can work at.
@@ -95,9 +79,9 @@ func Known(v Version) bool { return v >= MinSupported && v <= Latest }
 // String returns the version's number and, when this build knows it, its
 // name: "2 (TokenFollowsOwner)".
 func (v Version) String() string {
-	for _, c := range changes {
-		if c.Version == v && v <= Latest {
-			return strconv.Itoa(int(v)) + " (" + c.Name + ")"
+	for _, n := range names {
+		if n.v == v && v <= Latest {
+			return strconv.Itoa(int(v)) + " (" + n.name + ")"
 		}
 	}
 	return strconv.Itoa(int(v))
