@@ -119,7 +119,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is the etcd authority store. It is safe for concurrent use.
+// Store is the etcd authority store. It implements authority.Store and
+// authority.ChangeWaiter (their methods, observed, come from the embedded
+// contract: operations.go). It is safe for concurrent use.
 type Store struct {
 	client     *clientv3.Client
 	ownsClient bool
@@ -151,6 +153,8 @@ type Store struct {
 	// obs records operations, Txns, owner leases and usage watches (nil:
 	// nothing is recorded).
 	obs *observe.Observer
+	// contract is the contract's methods, observed (operations.go).
+	contract
 
 	mu     sync.Mutex
 	marks  map[string]clientv3.LeaseID // liveness key → lease of MarkLive
@@ -205,6 +209,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
 		dialTimeout: cfg.DialTimeout,
 	}
+	s.contract = observe.NewContract(s.obs, s.work())
 	s.life, s.endLife = context.WithCancel(context.Background())
 	if s.dialTimeout <= 0 {
 		s.dialTimeout = 5 * time.Second

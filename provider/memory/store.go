@@ -74,7 +74,8 @@ type Config struct {
 }
 
 // Store is the in-memory authority store. It implements authority.Store and
-// authority.ChangeWaiter. The zero value is not usable; call New.
+// authority.ChangeWaiter (their methods, observed, come from the embedded
+// contract: operations.go). The zero value is not usable; call New.
 type Store struct {
 	liveness      authority.LivenessOracle
 	clock         authority.Clock
@@ -121,6 +122,8 @@ type Store struct {
 	feedRetention int
 	// obs records operations (nil: nothing is recorded).
 	obs *observe.Observer
+	// contract is the contract's methods, observed (operations.go).
+	contract
 	// epoch is the clock's reading at New; reservation deadlines are kept
 	// as offsets from it.
 	epoch time.Time
@@ -152,6 +155,7 @@ func New(opts Config) *Store {
 		watches:            make(map[authority.Key]*watch),
 		obs:                observe.New(observe.Config{Registerer: opts.Registerer, TracerProvider: opts.TracerProvider, Logger: opts.Logger}),
 	}
+	s.contract = observe.NewContract(s.obs, s.work())
 	s.clock = authority.NewMonotonicClock(s.clock) // expiry never goes back (docs/deviations.md C18)
 	s.epoch = s.clock.Now()
 	if s.retention <= 0 {
