@@ -30,20 +30,9 @@ func (c *UserSpotCoordinator) Close(ctx context.Context, spot SpotRef, closeOwne
 	if closeOwner == nil {
 		return false, authority.Invalid("User Spot close requires a close function.")
 	}
-	key, err := authority.EncodeKey(authority.ObjectUserSpot, spot.SpotID)
-	if err != nil {
+	key, current, err := c.readToClose(ctx, spot.SpotID, spot.ObjectGeneration)
+	if err != nil || current == nil {
 		return false, err
-	}
-	read, err := c.read(ctx, key)
-	if err != nil {
-		return false, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
-	}
-	if read.Kind != authority.KindSnapshot {
-		return false, nil
-	}
-	current := read.Snapshot
-	if current.ObjectGeneration != spot.ObjectGeneration {
-		return false, newError(KindSpotGenerationStale, fmt.Sprintf("User Spot '%s' generation is stale.", spot.SpotID), false, nil)
 	}
 	currentRef, err := spotRef(current, spot.SpotID, current.Allocation.StableType)
 	if err != nil {
@@ -103,20 +92,9 @@ func (c *UserSpotCoordinator) HandleRemoteClose(ctx context.Context, req RemoteC
 	if closeOwner == nil {
 		return false, authority.Invalid("User Spot close requires a close function.")
 	}
-	key, err := authority.EncodeKey(authority.ObjectUserSpot, req.SpotID)
-	if err != nil {
+	key, current, err := c.readToClose(ctx, req.SpotID, req.ObjectGeneration)
+	if err != nil || current == nil {
 		return false, err
-	}
-	read, err := c.read(ctx, key)
-	if err != nil {
-		return false, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
-	}
-	if read.Kind != authority.KindSnapshot {
-		return false, nil
-	}
-	current := read.Snapshot
-	if current.ObjectGeneration != req.ObjectGeneration {
-		return false, newError(KindSpotGenerationStale, fmt.Sprintf("User Spot '%s' generation is stale.", req.SpotID), false, nil)
 	}
 	if current.AuthorityOwnerGeneration != req.AuthorityOwnerGeneration ||
 		current.StoreVersion != req.ExpectedStoreVersion ||
@@ -187,4 +165,18 @@ func (c *UserSpotCoordinator) restoreReady(ctx context.Context, key authority.Ke
 		return newError(KindSpotMoving, "User Spot Ready authority could not be restored after close was declined.", true, nil)
 	}
 	return nil
+}
+
+// readToClose reads the User Spot row of spotID for a close of generation:
+// its key and row, no row when the Spot is gone, KindSpotGenerationStale
+// when the row holds another generation.
+func (c *UserSpotCoordinator) readToClose(ctx context.Context, spotID string, generation int64) (authority.Key, *authority.Snapshot, error) {
+	key, read, err := readSpot(ctx, c.rows(), authority.ObjectUserSpot, spotID)
+	if err != nil || read.Kind != authority.KindSnapshot {
+		return key, nil, err
+	}
+	if read.Snapshot.ObjectGeneration != generation {
+		return key, nil, newError(KindSpotGenerationStale, fmt.Sprintf("User Spot '%s' generation is stale.", spotID), false, nil)
+	}
+	return key, read.Snapshot, nil
 }

@@ -145,13 +145,9 @@ func exactIdentity(s *authority.Snapshot, req *RemoteCreate) bool {
 }
 
 func (c *UserSpotCoordinator) materializeRemoteCreate(ctx context.Context, req RemoteCreate, materialize RemoteMaterializeFunc, discard DiscardFunc) (CreateResult, error) {
-	key, err := authority.EncodeKey(authority.ObjectUserSpot, req.SpotID)
+	_, read, err := readSpot(ctx, c.rows(), authority.ObjectUserSpot, req.SpotID)
 	if err != nil {
 		return CreateResult{}, err
-	}
-	read, err := c.read(ctx, key)
-	if err != nil {
-		return CreateResult{}, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
 	}
 	if read.Kind != authority.KindSnapshot || !exactIdentity(read.Snapshot, &req) {
 		return CreateResult{}, newError(KindSpotMoving, "Remote User Spot reservation fence is stale.", false, nil)

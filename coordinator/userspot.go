@@ -373,9 +373,9 @@ func (c *UserSpotCoordinator) awaitReady(ctx context.Context, req CreateRequest)
 		if err := ctx.Err(); err != nil {
 			return SpotRef{}, err
 		}
-		cur, err := c.read(ctx, key)
+		cur, err := readRow(ctx, c.rows(), authority.ObjectUserSpot, key)
 		if err != nil {
-			return SpotRef{}, failure(ctx, KindRequestFailed, "User Spot authority read failed.", err)
+			return SpotRef{}, err
 		}
 		if cur.Kind == authority.KindSnapshot && cur.Snapshot.Allocation.State == authority.AllocationActive {
 			return spotRef(cur.Snapshot, req.SpotID, req.StableType)
