@@ -15,10 +15,12 @@
 // [Store] is what callers use: [AuthorityStore] (read, compare-and-swap,
 // remove by owner, list), [ObjectCreationStore] (reserve, commit, abort,
 // completeCreation, creation terminals), [AggregateStore] (prepare, commit and
-// abort of aggregates) and [CapacityReader]. The optional [ChangeWaiter] and
-// [RelocationStore] are offered by providers that can. A provider is given
-// its policy through the hooks [LivenessOracle], [CapacityPolicy] and
-// [IdentityClaims].
+// abort of aggregates) and [CapacityReader]. The optional [ChangeWaiter],
+// [RelocationStore] and [RowFeed] (an ordered change feed of rows, each
+// [Feed] resumable after a revision; package view builds a local read view
+// on it) are offered by providers that can. A provider is given its policy
+// through the hooks [LivenessOracle], [CapacityPolicy] and [IdentityClaims],
+// and its time through [Clock].
 //
 // Outcomes that are part of the protocol (a conflict, a stale commit, an
 // exhausted capacity, ...) are not errors: every operation returns a result
@@ -36,9 +38,9 @@
 //     [ValidateCompleteCreation], [ValidateCompareExchange],
 //     [ValidateAggregatePrepare], [ValidateFence], [ValidateOwner],
 //     [ValidateKey], [ValidatePayload], [ValidateMutation],
-//     [ValidateScanLimit], [ValidateCapacityVector],
+//     [ValidateScanLimit], [ValidateScanPrefix], [ValidateCapacityVector],
 //     [ValidateCreationOperation], [ValidateTerminalExpiry],
-//     [ValidateBlobPut] and [RequireText].
+//     [ValidateBlobPut], [ValidateFeedRequest] and [RequireText].
 //   - Errors: [Invalid] and [Wrap] build the typed errors providers return.
 //   - Listing cursors: [ScanPosition], [EncodeScanCursor], [DecodeScanCursor],
 //     [ParseScanCursor].

@@ -196,23 +196,52 @@ func showDemo(ctx context.Context, g *globals, endpoint string, moves []moveView
 			return err
 		}
 	}
+	var listed bytes.Buffer
+	if err := sub(&listed, outputJSON, "list", "--all"); err != nil {
+		return err
+	}
+	var rows listView
+	if err := json.Unmarshal(listed.Bytes(), &rows); err != nil {
+		return fmt.Errorf("reading the demo's rows: %w", err)
+	}
 	replay := "Every change above, in order (run it in another shell): "
 	if !serve {
 		replay = "Every change above, in order: run authorityctl demo --serve, then in another shell\n  "
 	}
-	fmt.Fprintf(g.stdout, "\n%s\n%s%s\n", demoLegend, replay, history)
+	fmt.Fprintf(g.stdout, "\n%s\n%s%s\n", demoLegend(rows.Items), replay, history)
 	return nil
 }
 
-// demoLegend explains the terms of the demo's tables.
-const demoLegend = `Reading the tables:
-  OWNER owner-a/1       owner ID / lease generation (a node's next owner lease gets the next generation)
-  TOKEN 24              the row's ownership token: what its owner fences its own writes with
-  NODE demo/node-b@1    mesh / node RID @ lifecycle generation (grows each time the node restarts);
-                        "authorityctl capacity demo/node-b@1" takes it back
-  VERSION 24            the row's store version: the etcd revision of its last write
-  inbox replayed 0/1    an Instance activation whose recovery inbox (1 message) is not replayed yet
-  capacity              what each node holds per counter: actors, all Spots, and each Spot type`
+// demoLegend explains the terms of the demo's tables with the values of
+// the first listed row (and of a row whose inbox is not replayed, if one
+// is), so each example is one the table beside it shows.
+func demoLegend(rows []rowView) string {
+	var b strings.Builder
+	term := func(name, value, meaning string) { fmt.Fprintf(&b, "  %-20s  %s\n", name+" "+value, meaning) }
+	if len(rows) == 0 {
+		b.WriteString("Reading the tables:\n")
+	} else {
+		r := rows[0]
+		node := fmt.Sprintf("%s/%s@%d", r.MeshName, r.NodeRID, r.NodeLifecycleGeneration)
+		fmt.Fprintf(&b, "Reading the tables (the examples are %s's):\n", r.Key)
+		term("OWNER", fmt.Sprintf("%s/%d", r.OwnerID, r.OwnerLeaseGeneration),
+			"owner ID / lease generation (a node's next owner lease gets the next generation)")
+		term("TOKEN", strconv.FormatInt(r.OwnershipToken, 10), "the row's ownership token: what its owner fences its own writes with")
+		term("NODE", node, "mesh / node RID @ lifecycle generation (grows each time the node restarts);")
+		term("", "", fmt.Sprintf("%q takes it back", "authorityctl capacity "+node))
+		term("VERSION", r.StoreVersion, "the row's store version: the etcd revision of its last write")
+	}
+	for _, r := range rows {
+		if rec := r.Payload.Recovery; r.Payload.Codec == "coordinator" && rec != nil && rec.ReplayCursor < rec.InboxSequence {
+			term("inbox replayed", fmt.Sprintf("%d/%d", rec.ReplayCursor, rec.InboxSequence), fmt.Sprintf(
+				"an Instance activation whose recovery inbox is replayed up to message %d of %d (%s)",
+				rec.ReplayCursor, rec.InboxSequence, r.Key))
+			break
+		}
+	}
+	term("capacity", "", "what each node holds per counter: actors, all Spots, and each Spot type")
+	return strings.TrimSuffix(b.String(), "\n")
+}
 
 // moveView is one row an aggregate moved, before and after.
 type moveView struct {

@@ -1,28 +1,32 @@
 // Command takeover is a small multi-node "runtime" on the authority store:
 // three nodes on one embedded etcd server each hold an owner lease and place
-// User Spots; node-b then crashes (its process stops renewing its lease, and
-// etcd expires it), and node-a, seeing node-b's owner no longer live, takes
-// every object of node-b over with one aggregate move.
+// User Spots; node-b runs in a process of its own, which is then killed (it
+// never revokes its lease, and etcd expires it after its TTL), and node-a,
+// seeing node-b's owner no longer live, takes every object of node-b over
+// with one aggregate move.
 //
 //	go run ./examples/takeover
 //
-// It prints each step, and "took over N objects of node-b: ..." when the
-// move committed. CI runs it (.ci/run) and so does its test.
+// It prints each step, how long after the kill etcd expired node-b's lease,
+// and "took over N objects of node-b: ..." when the move committed. CI runs
+// it (.ci/run) and so does its test.
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // namespace is where the runtime's authority rows live.
@@ -32,10 +36,20 @@ const namespace = "/takeover/v1/"
 // fenced before another node may take them over.
 const leaseTTL = 2 * time.Second
 
+// nodeProcessEnv, set to an etcd endpoint, makes the program node-b's
+// process (see nodeProcess) instead of the runtime.
+const nodeProcessEnv = "TAKEOVER_NODE_B_ENDPOINT"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout); err != nil {
+	var err error
+	if endpoint := os.Getenv(nodeProcessEnv); endpoint != "" {
+		err = nodeProcess(ctx, endpoint, os.Stdin, os.Stdout)
+	} else {
+		err = run(ctx, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "takeover:", err)
 		stop()
 		os.Exit(1)
@@ -45,15 +59,17 @@ func main() {
 // node is one member of the runtime: its own store (its own etcd client, as
 // a separate process would have) and owner lease.
 type node struct {
-	desc   authority.NodeDescriptor
-	client *clientv3.Client // the node's own connection, so crash can cut it
-	store  *etcdstore.Store
-	lease  *etcdstore.OwnerLease
+	desc  authority.NodeDescriptor
+	store *etcdstore.Store
+	lease *etcdstore.OwnerLease
 }
 
-// run starts embedded etcd and the three nodes, places objects, crashes
-// node-b and lets node-a take its objects over, reporting to out.
+// run starts embedded etcd, nodes a and c in this process and node-b in a
+// process of its own, places objects, kills node-b's process and lets
+// node-a take its objects over, reporting to out.
 func run(ctx context.Context, out io.Writer) error {
+	fmt.Fprintf(out, "Three nodes place carts on one etcd; node-b's process is killed, and node-a takes its\n"+
+		"carts over once etcd expires node-b's owner lease (TTL %s).\n", leaseTTL)
 	endpoint, stopEtcd, err := throwawayEtcd(ctx)
 	if err != nil {
 		return err
@@ -67,35 +83,43 @@ func run(ctx context.Context, out io.Writer) error {
 			n.stop()
 		}
 	}()
+	var nodeB *exec.Cmd
+	defer func() { killNode(nodeB) }()
+	var deadOwner authority.OwnerToken
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		if name == "node-b" {
+			if nodeB, deadOwner, err = startNodeProcess(ctx, endpoint); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: owner lease %s generation %d, placed 2 carts (process %d)\n",
+				name, deadOwner.OwnerID, deadOwner.LeaseGeneration, nodeB.Process.Pid)
+			continue
+		}
 		n, err := startNode(ctx, endpoint, name)
 		if err != nil {
 			return err
 		}
 		nodes[name] = n
-		for i := 1; i <= 2; i++ {
-			if err := n.place(ctx, fmt.Sprintf("cart-%s-%d", name[len(name)-1:], i)); err != nil {
-				return err
-			}
+		if err := n.placeCarts(ctx); err != nil {
+			return err
 		}
 		fmt.Fprintf(out, "%s: owner lease %s generation %d, placed 2 carts\n",
 			name, n.lease.Token().OwnerID, n.lease.Token().LeaseGeneration)
 	}
-	if err := printPlacement(ctx, out, nodes["node-a"].store); err != nil {
-		return err
-	}
-
-	dead := nodes["node-b"]
-	deadOwner := dead.lease.Token()
-	dead.crash()
-	crashed := time.Now()
-	fmt.Fprintln(out, "node-b crashed: its lease is no longer renewed")
-
 	survivor := nodes["node-a"]
-	if err := survivor.awaitDead(ctx, dead.desc, deadOwner); err != nil {
+	if err := printPlacement(ctx, out, survivor.store); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "node-a: node-b's owner lease expired at etcd after %.1fs\n", time.Since(crashed).Seconds())
+
+	killed := time.Now()
+	killNode(nodeB)
+	nodeB = nil
+	fmt.Fprintln(out, "node-b's process killed: its lease is no longer renewed, nor revoked")
+	if err := survivor.awaitDead(ctx, authority.NodeDescriptor{MeshName: "demo", RID: "node-b"}, deadOwner); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "node-a: node-b's owner lease expired at etcd %.1fs after the kill (its TTL: %s)\n",
+		time.Since(killed).Seconds(), leaseTTL)
 	keys, err := survivor.takeOver(ctx, deadOwner)
 	if err != nil {
 		return err
@@ -104,24 +128,95 @@ func run(ctx context.Context, out io.Writer) error {
 	return printPlacement(ctx, out, survivor.store)
 }
 
-// startNode opens a node's store on endpoint and acquires its owner lease.
+// startNodeProcess starts node-b as a process of its own (this program,
+// with nodeProcessEnv set) and waits until it placed its carts; it returns
+// the process and node-b's owner token.
+func startNodeProcess(ctx context.Context, endpoint string) (*exec.Cmd, authority.OwnerToken, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, authority.OwnerToken{}, err
+	}
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), nodeProcessEnv+"="+endpoint)
+	cmd.Stderr = os.Stderr
+	// node-b exits when its stdin closes: cmd holds the pipe's end until
+	// Wait, and the system closes it when this process ends
+	if _, err := cmd.StdinPipe(); err != nil {
+		return nil, authority.OwnerToken{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, authority.OwnerToken{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, authority.OwnerToken{}, err
+	}
+	var owner authority.OwnerToken
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err == nil {
+		_, err = fmt.Sscanf(line, "ready %s %d\n", &owner.OwnerID, &owner.LeaseGeneration)
+	}
+	if err != nil {
+		killNode(cmd)
+		return nil, authority.OwnerToken{}, fmt.Errorf("node-b's process did not start (%q): %w", line, err)
+	}
+	return cmd, owner, nil
+}
+
+// killNode kills node-b's process (SIGKILL: it runs no cleanup, as after a
+// crash) and waits for it to end.
+func killNode(cmd *exec.Cmd) {
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+}
+
+// nodeProcess is node-b's process: it starts node-b on endpoint, places its
+// carts, says "ready OWNER GENERATION" on out and runs until it is killed (or
+// stdin, held by the runtime, closes).
+func nodeProcess(ctx context.Context, endpoint string, stdin io.Reader, out io.Writer) error {
+	n, err := startNode(ctx, endpoint, "node-b")
+	if err != nil {
+		return err
+	}
+	defer n.stop()
+	if err := n.placeCarts(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "ready %s %d\n", n.lease.Token().OwnerID, n.lease.Token().LeaseGeneration)
+	if _, err := io.Copy(io.Discard, stdin); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// startNode opens a node's store on endpoint (its own etcd client, as a
+// separate process has) and acquires its owner lease.
 func startNode(ctx context.Context, endpoint, name string) (*node, error) {
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	store, err := etcdstore.New(ctx, etcdstore.Config{
+		Endpoints: []string{endpoint}, Namespace: namespace, RequestTimeout: 5 * time.Second,
+	})
 	if err != nil {
 		return nil, err
 	}
-	store, err := etcdstore.New(ctx, etcdstore.Config{Client: client, Namespace: namespace, RequestTimeout: 5 * time.Second})
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	n := &node{desc: authority.NodeDescriptor{MeshName: "demo", RID: name}, client: client, store: store}
+	n := &node{desc: authority.NodeDescriptor{MeshName: "demo", RID: name}, store: store}
 	if n.lease, err = store.Registry().Acquire(ctx, n.desc, 1, "owner-"+name, leaseTTL); err != nil {
 		_ = store.Close()
-		_ = client.Close()
 		return nil, err
 	}
 	return n, nil
+}
+
+// placeCarts places the node's two carts, cart-X-1 and cart-X-2 on node-X.
+func (n *node) placeCarts(ctx context.Context) error {
+	for i := 1; i <= 2; i++ {
+		if err := n.place(ctx, fmt.Sprintf("cart-%s-%d", n.desc.RID[len(n.desc.RID)-1:], i)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // place creates a User Spot on the node: reserve, then commit.
@@ -242,27 +337,12 @@ func (n *node) takeOver(ctx context.Context, owner authority.OwnerToken) ([]auth
 	return keys, nil
 }
 
-// crash stops the node as a killed process would: its connection goes
-// first, so the lease is not revoked (Store.Close would revoke it), and etcd
-// expires it after its TTL.
-func (n *node) crash() {
-	_ = n.client.Close()
-	_ = n.store.Close()
-	<-n.lease.Done()
-	n.store = nil
-}
-
 // stop shuts a live node down: its lease is revoked, its rows stay.
 func (n *node) stop() {
-	if n.store == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = n.lease.Close(ctx)
 	_ = n.store.Close()
-	_ = n.client.Close()
-	n.store = nil
 }
 
 // printPlacement lists every row: key, owner and node.

@@ -60,6 +60,24 @@ func BenchmarkEtcd(b *testing.B) {
 	b.Run("list/clients=1", func(b *testing.B) { list.run(b, c) })
 }
 
+// BenchmarkEtcdBatching measures reserve+commit pairs at 64 clients with
+// write batching off (Config.MaxConcurrentTxns < 0: every write is a Txn of
+// its own) and on (the default), back to back on one server: the figure
+// behind "batching roughly doubles reserve+commit at 64 callers"
+// (docs/performance.md).
+func BenchmarkEtcdBatching(b *testing.B) {
+	srv := etcdtest.Start(b, etcdtest.WithFsync(true))
+	c := srv.Client(b)
+	for _, mode := range []struct {
+		name string
+		max  int
+	}{{"off", -1}, {"on", 0}} {
+		b.Run(fmt.Sprintf("reserve-commit/batching=%s/clients=64", mode.name), func(b *testing.B) {
+			benchReserveCommitWith(b, c, 64, func(cfg *etcdstore.Config) { cfg.MaxConcurrentTxns = mode.max })
+		})
+	}
+}
+
 // BenchmarkRawEtcd is the baseline: the plain client doing one Txn (one
 // compare, one put of a row-sized value on a new key) per op.
 func BenchmarkRawEtcd(b *testing.B) {
@@ -188,9 +206,18 @@ func percentile(sorted []time.Duration, q float64) float64 {
 // with owner i live on node i for i < nodes.
 func benchStore(b *testing.B, c *clientv3.Client, nodes int) *etcdstore.Store {
 	b.Helper()
+	return benchStoreWith(b, c, nodes, nil)
+}
+
+// benchStoreWith is benchStore with edit (nil: none) applied to its Config.
+func benchStoreWith(b *testing.B, c *clientv3.Client, nodes int, edit func(*etcdstore.Config)) *etcdstore.Store {
+	b.Helper()
 	ctx := context.Background()
 	cfg := etcdstore.Config{Client: c, Namespace: etcdtest.Namespace()}
 	benchObservability(&cfg)
+	if edit != nil {
+		edit(&cfg)
+	}
 	s, err := etcdstore.New(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -306,8 +333,14 @@ func benchCAS(b *testing.B, c *clientv3.Client, clients int) {
 
 // benchReserveCommit: one op is a reservation and its commit.
 func benchReserveCommit(b *testing.B, c *clientv3.Client, clients int) {
+	benchReserveCommitWith(b, c, clients, nil)
+}
+
+// benchReserveCommitWith is benchReserveCommit on a store whose Config edit
+// changed.
+func benchReserveCommitWith(b *testing.B, c *clientv3.Client, clients int, edit func(*etcdstore.Config)) {
 	ctx := context.Background()
-	s := benchStore(b, c, 1)
+	s := benchStoreWith(b, c, 1, edit)
 	if _, err := reserveCommit(ctx, s, "warm"); err != nil { // grants the terminals' lease
 		b.Fatal(err)
 	}

@@ -29,6 +29,24 @@
 //	ns/terminals/<operation key>                    creation terminal, on a bucketed lease
 //	ns/aggregates/<esc aggregate ID>/<generation>   aggregate record (prepared, committed, aborted)
 //	ns/blobs/<uuid>                                 relocation blob, on a bucketed lease
+//	ns/store-version/active                         the namespace's active store version (absent:
+//	                                                storeversion.Base); Store.Finalize raises it
+//	ns/store-version/announcements/<lease ID>       a running store's announcement (its build and the
+//	                                                versions it works at), one per etcd lease it holds
+//	                                                (its own and each owner lease's, 16 hex digits),
+//	                                                attached to that lease
+//
+// TestPackageDocKeyLayout (package schema) keeps this list equal to the keys
+// schema builds.
+//
+// # Row feed
+//
+// Store is an authority.RowFeed: WatchRows lists the rows under a prefix
+// and follows their changes (one etcd watch), FeedRevision reads the
+// store's revision. ExampleStore_WatchRows shows a consumer that resumes
+// after a restart; the repository's examples/rowfeed runs one through a
+// compaction (authority.ErrFeedCompacted: it relists) and reads through a
+// view (package view) on etcd.
 //
 // # Versions and generations
 //

@@ -426,3 +426,64 @@ func ExampleOwnerLease_RebindRows() {
 	// moved 1 row(s) from generation 1 to 2
 	// put by the new generation: stored
 }
+
+// WatchRows lists the rows under a prefix, then follows their changes in
+// commit order, each once. A consumer saves each batch's Revision with what
+// it applied; restarted, it resumes after it (FeedRequest.After) and gets
+// every change made while it was stopped. When etcd compacted that history,
+// the resumed feed fails with authority.ErrFeedCompacted (from WatchRows or
+// its first Next): the consumer relists (FeedRequest.List) and replaces
+// what it holds. Close feeds before the lease and the store.
+// examples/rowfeed runs all of it, a compaction and a view included.
+func ExampleStore_WatchRows() {
+	ctx := context.Background()
+	store, done := exampleStore(ctx)
+	defer done()
+	lease := exampleLease(ctx, store, "node-a", "owner-a")
+	defer func() { _ = lease.Close(ctx) }()
+	exampleSpot(ctx, store, "cart-1", "node-a", lease)
+	carts := authority.KindPrefix(authority.ObjectUserSpot)
+
+	feed, err := store.WatchRows(ctx, authority.FeedRequest{Prefix: carts, List: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var saved int64 // the revision the consumer applied every change up to
+	for done := false; !done; {
+		batch, err := feed.Next(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		for _, e := range batch.Events {
+			fmt.Printf("%s: %s %s %q\n", batch.Kind, e.Kind, e.Key, e.Snapshot.Payload)
+		}
+		saved, done = batch.Revision, batch.Kind == authority.FeedSynced // the listing is whole
+	}
+	_ = feed.Close() // the consumer stops, having saved its revision
+
+	exampleSpot(ctx, store, "cart-2", "node-a", lease) // reserved, then committed
+	feed, err = store.WatchRows(ctx, authority.FeedRequest{Prefix: carts, After: saved})
+	if err != nil { // authority.ErrFeedCompacted: relist
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = feed.Close() }()
+	for seen := 0; seen < 2; {
+		batch, err := feed.Next(ctx)
+		if err != nil { // authority.ErrFeedCompacted: relist; others: resume after saved
+			fmt.Println(err)
+			return
+		}
+		for _, e := range batch.Events {
+			fmt.Printf("%s: %s %s %q (after the saved revision: %v)\n", batch.Kind, e.Kind, e.Key, e.Snapshot.Payload, e.Revision > saved)
+			seen++
+		}
+		saved = batch.Revision
+	}
+	// Output:
+	// listed: created user_spot/cart-1 "ready cart-1"
+	// changed: created user_spot/cart-2 "creating" (after the saved revision: true)
+	// changed: updated user_spot/cart-2 "ready cart-2" (after the saved revision: true)
+}
