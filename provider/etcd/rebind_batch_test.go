@@ -182,3 +182,49 @@ func TestRebindRowsOntoALeaseOfAnotherNode(t *testing.T) {
 	require.Zero(t, moved)
 	require.Equal(t, first.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a0")).Owner())
 }
+
+// RebindRows moves the rows of an earlier generation of its own owner only:
+// a lease of the owner "thief" given the token of a live owner "victim" on
+// the same node, its own token, a later generation of its owner or a token
+// with no owner is refused with ErrInvalidArgument naming the rule, before
+// any write (the store's revision does not move) and without a panic; the
+// victim's rows stay its own.
+func TestRebindRowsRefusesATokenNotAnEarlierGenerationOfItsOwner(t *testing.T) {
+	s, fx, victim, _ := rebindSetup(t, nil, etcdstore.Config{}, 3)
+	ctx := context.Background()
+	thief, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "thief", 20*time.Second)
+	require.NoError(t, err)
+	defer thief.Close(ctx)
+	later, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "thief", 20*time.Second)
+	require.NoError(t, err)
+	defer later.Close(ctx)
+	for name, from := range map[string]authority.OwnerToken{
+		"another owner's live token": victim.Token(),
+		"its own token":              thief.Token(),
+		"a later generation":         later.Token(),
+		"generation 0":               {OwnerID: "thief"},
+		"no owner":                   {LeaseGeneration: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rev := currentRevision(t)
+			moved, err := thief.RebindRows(ctx, from)
+			require.ErrorIs(t, err, authority.ErrInvalidArgument)
+			require.Zero(t, moved)
+			require.Equal(t, rev, currentRevision(t), "nothing written")
+			for i := range 3 {
+				require.Equal(t, victim.Token(), fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Owner())
+			}
+		})
+	}
+	moved, err := thief.RebindRows(ctx, victim.Token())
+	require.ErrorContains(t, err, "earlier lease generation of its own owner")
+	require.Zero(t, moved)
+}
+
+// currentRevision is the test server's current revision.
+func currentRevision(t *testing.T) int64 {
+	t.Helper()
+	resp, err := shared.Get(context.Background(), "/rebind-revision-probe")
+	require.NoError(t, err)
+	return resp.Header.Revision
+}
