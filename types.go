@@ -117,6 +117,9 @@ const (
 )
 
 // PlacementAllocation is where a row's object lives and what it consumes.
+// DescriptorLifecycleGeneration is the node lifecycle the row is on (see
+// CreationTarget.NodeLifecycleGeneration): it stays there until an
+// aggregate moves it.
 type PlacementAllocation struct {
 	State                         AllocationState
 	ObjectKind                    ObjectKind
@@ -227,9 +230,13 @@ type CreationTarget struct {
 	MeshName string
 	// NodeRID is the target node's RID: non-empty UTF-8 text without NUL.
 	NodeRID string
-	// NodeLifecycleGeneration is the target node's lifecycle generation
-	// (its incarnation; etcd: the lifecycle given to Registry.Acquire). The
-	// capacity is counted per node and lifecycle.
+	// NodeLifecycleGeneration is the target node's lifecycle generation:
+	// one run of the node, one more each time the node starts, the same for
+	// every owner lease generation of the run (etcd: the lifecycle given to
+	// Registry.Acquire). The capacity is counted per node and lifecycle, and
+	// a row stays on its lifecycle: rows of an earlier run move onto a later
+	// one with an aggregate (README, "Node lifecycles and lease
+	// generations").
 	NodeLifecycleGeneration int64
 	// Owner is the lease the row is placed under (its OwnerID non-empty):
 	// the target node's current owner lease.
@@ -510,7 +517,8 @@ type AggregatePrepareRequest struct {
 	// TargetDescriptor is the node they move to (mesh and RID non-empty).
 	TargetDescriptor NodeDescriptor
 	// TargetDescriptorLifecycleGeneration is that node's lifecycle
-	// generation.
+	// generation (one run of the node): the newOwner participants move onto
+	// it, also from an earlier run of the same node.
 	TargetDescriptorLifecycleGeneration int64
 	// Capacity is what the aggregate takes on the target node: valid as
 	// ValidateCapacityVector says, and equal to the sum of the newOwner

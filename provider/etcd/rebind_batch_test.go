@@ -228,3 +228,49 @@ func currentRevision(t *testing.T) int64 {
 	require.NoError(t, err)
 	return resp.Header.Revision
 }
+
+// A node restart is a new node lifecycle, and the rows of the earlier run
+// stay on the lifecycle they were placed on: RebindRows onto a lease of the
+// restarted node (lifecycle 2) refuses the rows of lifecycle 1 with
+// ErrInvalidArgument naming both lifecycles and the way they move (an
+// aggregate, as a dead node's rows are taken over), writing nothing; that
+// aggregate then moves them onto lifecycle 2, with their capacity.
+func TestRebindRowsAcrossANodeRestartNamesTheLifecycle(t *testing.T) {
+	const rows = 3
+	s, fx, first, _ := rebindSetup(t, nil, etcdstore.Config{}, rows)
+	ctx := context.Background()
+	restarted, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle+1, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer restarted.Close(ctx)
+	rev := currentRevision(t)
+	moved, err := restarted.RebindRows(ctx, first.Token())
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	require.NotErrorIs(t, err, etcdstore.ErrLeaseLost)
+	require.Zero(t, moved)
+	for _, part := range []string{"node lifecycle 1", "lifecycle 2", "aggregate"} {
+		require.Contains(t, err.Error(), part)
+	}
+	require.Equal(t, rev, currentRevision(t), "nothing written")
+
+	// the documented way: one aggregate moves them onto the new lifecycle
+	var parts []authority.AggregateParticipant
+	for i := range rows {
+		key := fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))
+		parts = append(parts, conformance.Participant(key, fx.MustRow(key).StoreVersion, authority.TransitionNewOwner, []byte("moved")))
+	}
+	newRun := conformance.Target(conformance.NodeA, conformance.NodeLifecycle+1, restarted.Token())
+	fence := fx.MustPrepare(conformance.AggregateRequest("restart/mover", first.Token().LeaseGeneration, newRun, authority.CapacityVector{Actors: rows}, parts...))
+	committed, err := s.CommitAggregate(ctx, fence)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, committed.Kind)
+	for i := range rows {
+		snap := fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i)))
+		require.Equal(t, restarted.Token(), snap.Owner())
+		require.EqualValues(t, conformance.NodeLifecycle+1, snap.Allocation.DescriptorLifecycleGeneration)
+	}
+	for lifecycle, want := range map[int64]int64{conformance.NodeLifecycle: 0, conformance.NodeLifecycle + 1: rows} {
+		use, err := s.CapacityUsage(ctx, conformance.NodeA, lifecycle, authority.ObjectActor, "")
+		require.NoError(t, err)
+		require.Equal(t, want, use.Active, "lifecycle %d", lifecycle)
+	}
+}
