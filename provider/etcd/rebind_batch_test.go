@@ -274,3 +274,43 @@ func TestRebindRowsAcrossANodeRestartNamesTheLifecycle(t *testing.T) {
 		require.Equal(t, want, use.Active, "lifecycle %d", lifecycle)
 	}
 }
+
+// A row read held by from that another writer moves to another owner
+// before the rebind's Txn applies is never moved: its ModRevision compare
+// (the Txn's owner fence) fails, and from what Else read the row is no
+// longer from's. The other rows of the Txn move.
+func TestRebindRowsNeverMovesARowThatLeftFrom(t *testing.T) {
+	var on atomic.Bool
+	var once sync.Once
+	var third authority.OwnerToken
+	var other *etcdstore.Store
+	var first *etcdstore.OwnerLease
+	c := server.Client(t)
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/a2", do: func(ctx context.Context, _ string) {
+		once.Do(func() {
+			key := authority.Key("actor/a2")
+			cur, err := other.ReadAuthority(ctx, key)
+			require.NoError(t, err)
+			res, err := other.CompareExchangeAuthority(ctx, key, cur.Snapshot.StoreVersion, authority.RebindOwnerLease(first.Token(), third, []byte("taken")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindStored, res.Kind)
+		})
+	}}
+	const rows = 4
+	s, fx, first, second := rebindSetup(t, c, etcdstore.Config{}, rows)
+	ctx := context.Background()
+	other = newStore(t, nil, etcdstore.Config{Namespace: s.Namespace()})
+	lease3, err := other.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer lease3.Close(ctx)
+	third = lease3.Token()
+	on.Store(true)
+	moved, err := second.RebindRows(ctx, first.Token())
+	on.Store(false)
+	require.NoError(t, err)
+	require.EqualValues(t, rows-1, moved)
+	require.Equal(t, third, fx.MustRow(fx.Key(authority.ObjectActor, "a2")).Owner(), "the row that left from stays with its new owner")
+	for _, i := range []int{0, 1, 3} {
+		require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Owner())
+	}
+}
