@@ -208,7 +208,7 @@ func showDemo(ctx context.Context, g *globals, endpoint string, moves []moveView
 const demoLegend = `Reading the tables:
   OWNER owner-a/1       owner ID / lease generation (a node's next owner lease gets the next generation)
   TOKEN 24              the row's ownership token: what its owner fences its own writes with
-  NODE demo/node-b@1    mesh / node RID @ lifecycle generation (grows each time the node restarts);
+  NODE demo/node-b@1    mesh / node RID @ lifecycle generation (the scope of the node's rows);
                         "authorityctl capacity demo/node-b@1" takes it back
   VERSION 24            the row's store version: the etcd revision of its last write
   inbox replayed 0/1    an Instance activation whose recovery inbox (1 message) is not replayed yet

@@ -47,12 +47,12 @@ func ExampleNew() {
 	defer func() { _ = store.Close() }()
 
 	// Each node holds an owner lease; its liveness key fences every write of its rows.
-	// The lifecycle is this run of the node (its runtime's lifecycle generation: one more each
-	// time the node starts); every lease generation of the run is acquired on it.
+	// The lifecycle is the node's lifecycle generation, from its runtime: the scope of its rows. A restart
+	// that keeps the node's rows keeps it (README: "Node lifecycles and lease generations").
 	node := authority.NodeDescriptor{MeshName: "mesh", RID: "node-1"}
 	lifecycle, err := strconv.ParseInt(os.Getenv("ZLINK_NODE_LIFECYCLE"), 10, 64)
 	if err != nil || lifecycle < 1 {
-		log.Fatalf("ZLINK_NODE_LIFECYCLE must be this run's lifecycle generation (1, 2, …): %q", os.Getenv("ZLINK_NODE_LIFECYCLE"))
+		log.Fatalf("ZLINK_NODE_LIFECYCLE must be the node's lifecycle generation (1, 2, …): %q", os.Getenv("ZLINK_NODE_LIFECYCLE"))
 	}
 	const owner, ttl = "owner-1", 10 * time.Second
 	lease, err := store.Registry().Acquire(ctx, node, lifecycle, owner, ttl)
@@ -65,7 +65,7 @@ func ExampleNew() {
 			_ = lease.Close(context.Background())
 			return
 		case <-lease.Done(): // lost: every write of its rows now fails; stop them
-			lost := lease.Token() // the next generation is on the same lifecycle: the node still runs
+			lost := lease.Token() // the next generation goes on the same lifecycle
 			if lease, err = store.Registry().Acquire(ctx, node, lifecycle, owner, ttl); err != nil {
 				log.Printf("acquiring the next lease generation: %v", err) // retry, or give the node up
 				return

@@ -175,11 +175,10 @@ func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference
 }
 
 // Acquire grants an owner lease for ownerID on node's lifecycle (the work:
-// acquire). lifecycle is the node lifecycle generation of this run of the
-// node: one more each time the node starts, the same for every lease
-// generation the run acquires (after a lease is lost, Acquire again on the
-// same lifecycle and RebindRows). Each Acquire is the owner's next lease
-// generation.
+// acquire). lifecycle is the node's lifecycle generation, the scope of its
+// rows, set by the node's runtime: after a lease is lost, or after a
+// restart that keeps the node's rows, Acquire again on the rows' lifecycle
+// and RebindRows. Each Acquire is the owner's next lease generation.
 func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (l *OwnerLease, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpOwnerLeaseAcquire)
 	l, err = r.acquire(ctx, node, lifecycle, ownerID, ttl)
@@ -191,9 +190,9 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 // lease's owner on this lease's node lifecycle, to this lease and returns
 // how many (the work: rebindRows). Any other from (another owner's token,
 // this lease's own, a later generation) is refused with ErrInvalidArgument
-// before anything is written; rows on another node or node lifecycle (an
-// earlier run of the node) are refused with ErrInvalidArgument naming both:
-// those move with an aggregate.
+// before anything is written; rows on another node or node lifecycle are
+// refused with ErrInvalidArgument naming both: those move with an
+// aggregate.
 func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) (n int64, err error) {
 	ctx, op := l.r.s.obs.Start(ctx, observe.OpRebindRows)
 	n, err = l.rebindRows(ctx, from)

@@ -326,10 +326,9 @@ func (rb *rebinder) contention(batch []*rebindRow) (again []*rebindRow) {
 
 // elsewhere is the error for rows whose node has no liveness key of the
 // lease (live, the key a Txn compared): the rows are on another node or
-// node lifecycle than the lease, and none can move onto it. A node
-// lifecycle is one run of the node: RebindRows moves rows within one (a
-// lease lost while the node runs); the rows of an earlier run move onto a
-// later one with an aggregate (their capacity moves with them).
+// node lifecycle than the lease, and none can move onto it: a rebind
+// passes rows between lease generations of one node lifecycle; rows move
+// to another lifecycle with an aggregate (their capacity moves with them).
 func (rb *rebinder) elsewhere(live string, batch []*rebindRow) error {
 	s, l := rb.s, rb.l
 	for _, p := range batch {
@@ -340,8 +339,8 @@ func (rb *rebinder) elsewhere(live string, batch []*rebindRow) error {
 		where := fmt.Sprintf("row %s of %s generation %d is on node %s/%s at node lifecycle %d",
 			p.key, rb.from.OwnerID, rb.from.LeaseGeneration, a.Descriptor.MeshName, a.Descriptor.RID, a.DescriptorLifecycleGeneration)
 		if a.Descriptor == l.node {
-			return authority.Invalid(fmt.Sprintf("%s, this lease at lifecycle %d: RebindRows moves rows within one node lifecycle (one run of the node); move them onto lifecycle %d with an aggregate (PrepareAggregate, TargetDescriptorLifecycleGeneration %d), or drop them with RemoveAllByOwner",
-				where, l.lifecycle, l.lifecycle, l.lifecycle))
+			return authority.Invalid(fmt.Sprintf("%s, this lease at lifecycle %d: RebindRows moves rows within one node lifecycle; acquire the new generation on lifecycle %d to rebind them, or move them onto lifecycle %d with an aggregate (PrepareAggregate, TargetDescriptorLifecycleGeneration %d), or drop them with RemoveAllByOwner",
+				where, l.lifecycle, a.DescriptorLifecycleGeneration, l.lifecycle, l.lifecycle))
 		}
 		return authority.Invalid(fmt.Sprintf("%s, this lease on node %s/%s at lifecycle %d: acquire the new generation on the rows' node and lifecycle, or move the rows with an aggregate",
 			where, l.node.MeshName, l.node.RID, l.lifecycle))

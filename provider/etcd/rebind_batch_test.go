@@ -126,7 +126,7 @@ func TestRebindRowsWithinRequestBytes(t *testing.T) {
 func TestRebindRowsLeavesRowsChangedUnderIt(t *testing.T) {
 	var on atomic.Bool
 	c := server.Client(t)
-	c.KV = rewritingKV{KV: c.KV, on: &on, only: "a3", del: true}
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/actor/a3", del: true}
 	const rows = 8
 	_, fx, first, second := rebindSetup(t, c, etcdstore.Config{}, rows)
 	on.Store(true)
@@ -151,7 +151,7 @@ func TestRebindRowsStopsWhenTheLeaseIsLostMidway(t *testing.T) {
 	var second *etcdstore.OwnerLease
 	var ns string
 	c := server.Client(t)
-	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/a5", do: func(ctx context.Context, _ string) {
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/actor/a5", do: func(ctx context.Context, _ string) {
 		_, _ = shared.Delete(ctx, schema.OwnerLivenessPrefix(ns, second.Token()), clientv3.WithPrefix())
 	}}
 	s, fx, first, second := rebindSetup(t, c, etcdstore.Config{MaxTxnOps: 16}, 12)
@@ -229,13 +229,14 @@ func currentRevision(t *testing.T) int64 {
 	return resp.Header.Revision
 }
 
-// A node restart is a new node lifecycle, and the rows of the earlier run
-// stay on the lifecycle they were placed on: RebindRows onto a lease of the
-// restarted node (lifecycle 2) refuses the rows of lifecycle 1 with
-// ErrInvalidArgument naming both lifecycles and the way they move (an
-// aggregate, as a dead node's rows are taken over), writing nothing; that
-// aggregate then moves them onto lifecycle 2, with their capacity.
-func TestRebindRowsAcrossANodeRestartNamesTheLifecycle(t *testing.T) {
+// Rows stay on the node lifecycle they were placed on: RebindRows onto a
+// lease of the same node at another lifecycle (a node that started a new
+// lifecycle) refuses the rows of lifecycle 1 with ErrInvalidArgument naming
+// both lifecycles and both ways on (a lease on lifecycle 1, or an
+// aggregate), writing nothing; that aggregate then moves them onto
+// lifecycle 2, with their capacity (README, "Node lifecycles and lease
+// generations").
+func TestRebindRowsOntoAnotherLifecycleNamesBoth(t *testing.T) {
 	const rows = 3
 	s, fx, first, _ := rebindSetup(t, nil, etcdstore.Config{}, rows)
 	ctx := context.Background()
@@ -247,7 +248,7 @@ func TestRebindRowsAcrossANodeRestartNamesTheLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, authority.ErrInvalidArgument)
 	require.NotErrorIs(t, err, etcdstore.ErrLeaseLost)
 	require.Zero(t, moved)
-	for _, part := range []string{"node lifecycle 1", "lifecycle 2", "aggregate"} {
+	for _, part := range []string{"at node lifecycle 1", "this lease at lifecycle 2", "acquire the new generation on lifecycle 1", "aggregate"} {
 		require.Contains(t, err.Error(), part)
 	}
 	require.Equal(t, rev, currentRevision(t), "nothing written")
@@ -286,7 +287,7 @@ func TestRebindRowsNeverMovesARowThatLeftFrom(t *testing.T) {
 	var other *etcdstore.Store
 	var first *etcdstore.OwnerLease
 	c := server.Client(t)
-	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/a2", do: func(ctx context.Context, _ string) {
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/actor/a2", do: func(ctx context.Context, _ string) {
 		once.Do(func() {
 			key := authority.Key("actor/a2")
 			cur, err := other.ReadAuthority(ctx, key)
