@@ -1,6 +1,9 @@
 package authority
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Sentinel errors. Provider errors wrap one of these, so callers test them with
 // errors.Is whatever the provider.
@@ -44,12 +47,17 @@ type Error struct {
 	Cause error
 }
 
-// Error returns the message, followed by the cause when there is one.
+// Error returns the message, followed by the cause when there is one
+// (after ": ", or after a space when the message is a sentence ending in a
+// full stop, as the contract's validation messages are).
 func (e *Error) Error() string {
-	if e.Cause != nil {
-		return e.Message + ": " + e.Cause.Error()
+	switch {
+	case e.Cause == nil:
+		return e.Message
+	case strings.HasSuffix(e.Message, "."):
+		return e.Message + " " + e.Cause.Error()
 	}
-	return e.Message
+	return e.Message + ": " + e.Cause.Error()
 }
 
 // Unwrap returns the sentinel and the cause.

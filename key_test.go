@@ -277,7 +277,12 @@ func checkInvalid(t testing.TB, err error, msg string) {
 	if errors.Is(err, authority.ErrUnavailable) || errors.Is(err, authority.ErrCorrupt) {
 		t.Fatalf("error %v wraps an unrelated sentinel", err)
 	}
-	if err.Error() != msg {
+	if err.Error() == msg {
+		return
+	}
+	// a message several rules share carries the rule broken as its cause
+	var e *authority.Error
+	if !errors.As(err, &e) || e.Message != msg || e.Cause == nil {
 		t.Fatalf("error message %q, want %q", err.Error(), msg)
 	}
 }

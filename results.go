@@ -75,14 +75,27 @@ type ScanResult struct {
 
 // ReserveResult is the outcome of Reserve: KindReserved, KindAlreadyExists,
 // KindTypeMismatch, KindConflict, KindPlacementCapacityExhausted or
-// KindGenerationExhausted.
+// KindGenerationExhausted. None of them is an error (err is nil); nothing is
+// written unless Kind is KindReserved.
+//
+// KindConflict (as in the seed) is one of:
+//   - the row is being reserved by another creation: Current is that row
+//     (KindFound, its Allocation.State reserved);
+//   - the target owner is not live on the target node lifecycle — its lease
+//     was lost, expired, closed or never acquired, or it is live on another
+//     node or lifecycle generation than Target names: Current is KindMissing
+//     (a reserve by a lease that is no longer live). Retrying with the same
+//     Target cannot succeed; acquire a new lease generation and reserve with
+//     its token (on etcd: OwnerLease.Done is closed);
+//   - the key's identity is claimed (IdentityClaims): Current is KindMissing.
 type ReserveResult struct {
 	Kind ResultKind
 	// ReservationID and Creating are set for KindReserved.
 	ReservationID string
 	Creating      *Snapshot
 	// Current is the row in the way (KindAlreadyExists, KindTypeMismatch,
-	// KindConflict; for the latter it may be KindMissing).
+	// KindConflict; for the latter KindMissing when the target owner is not
+	// live or the identity is claimed, see above).
 	Current ReadResult
 }
 

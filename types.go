@@ -117,6 +117,9 @@ const (
 )
 
 // PlacementAllocation is where a row's object lives and what it consumes.
+// DescriptorLifecycleGeneration is the node lifecycle the row is on (see
+// CreationTarget.NodeLifecycleGeneration): it stays there until an
+// aggregate moves it.
 type PlacementAllocation struct {
 	State                         AllocationState
 	ObjectKind                    ObjectKind
@@ -227,9 +230,13 @@ type CreationTarget struct {
 	MeshName string
 	// NodeRID is the target node's RID: non-empty UTF-8 text without NUL.
 	NodeRID string
-	// NodeLifecycleGeneration is the target node's lifecycle generation
-	// (its incarnation; etcd: the lifecycle given to Registry.Acquire). The
-	// capacity is counted per node and lifecycle.
+	// NodeLifecycleGeneration is the target node's lifecycle generation:
+	// the scope of the node's rows and capacity, set by the node's runtime
+	// (etcd: the lifecycle given to Registry.Acquire). A restart that keeps
+	// the node's rows keeps it; a node that starts without them takes a new
+	// one. A row stays on its lifecycle: lease generations of one lifecycle
+	// pass rows on with a rebind, and rows move to another lifecycle with an
+	// aggregate (README, "Node lifecycles and lease generations").
 	NodeLifecycleGeneration int64
 	// Owner is the lease the row is placed under (its OwnerID non-empty):
 	// the target node's current owner lease.
@@ -510,7 +517,8 @@ type AggregatePrepareRequest struct {
 	// TargetDescriptor is the node they move to (mesh and RID non-empty).
 	TargetDescriptor NodeDescriptor
 	// TargetDescriptorLifecycleGeneration is that node's lifecycle
-	// generation.
+	// generation: the newOwner participants move onto it, also from another
+	// lifecycle of the same node.
 	TargetDescriptorLifecycleGeneration int64
 	// Capacity is what the aggregate takes on the target node: valid as
 	// ValidateCapacityVector says, and equal to the sum of the newOwner

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -49,27 +50,48 @@ func ValidatePayload(payload []byte) error {
 func ValidateKey(key Key) error { return RequireText(string(key), "authority key") }
 
 // ValidateCapacityVector checks a placement capacity vector: every count in
-// 0..2^31-1, not all zero, a Spot type count non-zero when present.
+// 0..2^31-1, not all zero, a Spot type count non-zero when present. The
+// error keeps the seed's message and names the rule broken as its cause.
 func ValidateCapacityVector(c CapacityVector) error {
+	const message = "Placement capacity vector is invalid."
+	names := []string{"Actors", "Spots", "SpotType.Count"}
 	counts := []int64{c.Actors, c.Spots, 0}
 	if c.SpotType != nil {
 		counts[2] = c.SpotType.Count
 	}
 	allZero := true
-	for _, n := range counts {
+	for i, n := range counts {
 		if n < 0 || n > maxCapacityCount {
-			return Invalid("Placement capacity vector is invalid.")
+			return invalidRule(message, "%s is %d, outside 0..%d", names[i], n, maxCapacityCount)
 		}
 		if n != 0 {
 			allZero = false
 		}
 	}
-	if allZero || c.SpotType != nil && (c.SpotType.Count == 0 || !c.SpotType.ObjectKind.IsSpot() ||
-		strings.IndexByte(string(c.SpotType.ObjectKind), 0) >= 0 ||
-		strings.IndexByte(c.SpotType.StableType, 0) >= 0 || !utf8.ValidString(c.SpotType.StableType)) {
-		return Invalid("Placement capacity vector is invalid.")
+	if allZero {
+		return invalidRule(message, "Every count is zero; a placement takes some capacity")
+	}
+	if c.SpotType == nil {
+		return nil
+	}
+	switch st := c.SpotType; {
+	case st.Count == 0:
+		return invalidRule(message, "SpotType.Count is zero; a Spot type takes some capacity")
+	case !st.ObjectKind.IsSpot():
+		return invalidRule(message, "SpotType.ObjectKind %q is not a Spot kind (user_spot or instance_spot)", st.ObjectKind)
+	case strings.IndexByte(st.StableType, 0) >= 0:
+		return invalidRule(message, "SpotType.StableType contains NUL")
+	case !utf8.ValidString(st.StableType):
+		return invalidRule(message, "SpotType.StableType is not valid UTF-8")
 	}
 	return nil
+}
+
+// invalidRule returns an error wrapping ErrInvalidArgument with message (the
+// seed's, shared by several rules) and, as its cause, the rule the input
+// broke (format and args).
+func invalidRule(message, format string, args ...any) error {
+	return Wrap(ErrInvalidArgument, message, fmt.Errorf(format, args...))
 }
 
 // ValidateMutation checks a compare-exchange mutation: owner transitions only
@@ -81,11 +103,8 @@ func ValidateMutation(m Mutation) error {
 		return nil
 	case MutationRestore:
 	case MutationRebindOwnerLease:
-		if m.ExpectedOwner.OwnerID != m.TargetOwner.OwnerID ||
-			m.ExpectedOwner.LeaseGeneration == m.TargetOwner.LeaseGeneration ||
-			m.ExpectedOwner.LeaseGeneration <= 0 ||
-			m.TargetOwner.LeaseGeneration <= 0 {
-			return Invalid("Authority lease rebind must retain the owner and change the lease generation.")
+		if err := validateLeaseRebind(m.ExpectedOwner, m.TargetOwner); err != nil {
+			return err
 		}
 	case MutationPut:
 		if m.GenerationTransition != TransitionPreserve {
@@ -95,6 +114,21 @@ func ValidateMutation(m Mutation) error {
 		return Invalid("Authority mutation kind is invalid.")
 	}
 	return ValidatePayload(m.Payload)
+}
+
+// validateLeaseRebind checks a lease rebind from expected to target: the
+// owner kept, the lease generation changed, both generations at least 1.
+func validateLeaseRebind(expected, target OwnerToken) error {
+	const message = "Authority lease rebind must retain the owner and change the lease generation."
+	switch {
+	case expected.OwnerID != target.OwnerID:
+		return invalidRule(message, "Target owner %q is not the expected owner %q", target.OwnerID, expected.OwnerID)
+	case expected.LeaseGeneration <= 0 || target.LeaseGeneration <= 0:
+		return invalidRule(message, "Lease generations must be at least 1 (expected %d, target %d)", expected.LeaseGeneration, target.LeaseGeneration)
+	case expected.LeaseGeneration == target.LeaseGeneration:
+		return invalidRule(message, "Expected and target are both lease generation %d", target.LeaseGeneration)
+	}
+	return nil
 }
 
 // ValidateCompareExchange checks every input of CompareExchangeAuthority.
@@ -136,12 +170,23 @@ func ValidateReserve(req ReserveRequest) (Key, error) {
 	if err := validateTarget(req.Target.Descriptor(), req.Target.Owner); err != nil {
 		return "", err
 	}
-	if len(req.Intent.RequestSHA256) != sha256.Size ||
-		req.Intent.RequestEncodedSize < 0 ||
-		req.Intent.RequestEncodedSize > MaxPayloadBytes {
-		return "", Invalid("Object creation content receipt is invalid.")
+	if err := validateContentReceipt(req.Intent); err != nil {
+		return "", err
 	}
 	return key, nil
+}
+
+// validateContentReceipt checks a creation intent's content receipt: a
+// SHA-256 digest and an encoded size in 0..1 MiB.
+func validateContentReceipt(in CreationIntent) error {
+	const message = "Object creation content receipt is invalid."
+	if n := len(in.RequestSHA256); n != sha256.Size {
+		return invalidRule(message, "RequestSHA256 has %d bytes, not a SHA-256 digest's %d", n, sha256.Size)
+	}
+	if in.RequestEncodedSize < 0 || in.RequestEncodedSize > MaxPayloadBytes {
+		return invalidRule(message, "RequestEncodedSize is %d, outside 0..%d", in.RequestEncodedSize, MaxPayloadBytes)
+	}
+	return nil
 }
 
 // ValidateCommit checks a commit request and returns the encoded key.
@@ -163,7 +208,8 @@ func ValidateAbort(req AbortRequest) (Key, error) { return validateObjectKey(req
 // waiting for its write to take effect checks again at the write's time.
 func ValidateTerminalExpiry(expiresAt, now time.Time) error {
 	if !expiresAt.After(now) {
-		return Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
+		return invalidRule("Creation terminal expiry must be the live operation deadline plus five minutes.",
+			"It expires at %s, not after the store's now %s", expiresAt.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
 	if expiresAt.Sub(now) > MaxRetention {
 		return Invalid("Creation terminal expiry must not be more than 365 days away.")
@@ -198,15 +244,16 @@ func ValidateCompleteCreation(req CompleteCreationRequest, now time.Time) (Key, 
 	if err := ValidateCreationOperation(pub.Operation); err != nil {
 		return "", nil, err
 	}
-	if len(pub.TerminalEnvelope) > MaxPayloadBytes || len(pub.TerminalEnvelopeSHA256) != sha256.Size {
-		return "", nil, Invalid("Creation terminal envelope must not exceed 1 MiB and requires a SHA-256 digest.")
+	if err := validateEnvelope(pub); err != nil {
+		return "", nil, err
 	}
 	actual := sha256.Sum256(pub.TerminalEnvelope)
 	if subtle.ConstantTimeCompare(actual[:], pub.TerminalEnvelopeSHA256) != 1 {
 		return "", nil, Invalid("Creation terminal envelope SHA-256 does not match its bytes.")
 	}
 	if pub.OperationDeadline.IsZero() {
-		return "", nil, Invalid("Creation terminal expiry must be the live operation deadline plus five minutes.")
+		return "", nil, invalidRule("Creation terminal expiry must be the live operation deadline plus five minutes.",
+			"OperationDeadline is not set")
 	}
 	expiresAt := pub.OperationDeadline.Add(CreationTerminalRetention)
 	if err := ValidateTerminalExpiry(expiresAt, now); err != nil {
@@ -227,6 +274,19 @@ func ValidateCompleteCreation(req CompleteCreationRequest, now time.Time) (Key, 
 	}, nil
 }
 
+// validateEnvelope checks a terminal publication's envelope: at most 1 MiB,
+// with a SHA-256 digest.
+func validateEnvelope(pub *TerminalPublication) error {
+	const message = "Creation terminal envelope must not exceed 1 MiB and requires a SHA-256 digest."
+	if n := len(pub.TerminalEnvelope); n > MaxPayloadBytes {
+		return invalidRule(message, "TerminalEnvelope has %d bytes, over %d", n, MaxPayloadBytes)
+	}
+	if n := len(pub.TerminalEnvelopeSHA256); n != sha256.Size {
+		return invalidRule(message, "TerminalEnvelopeSHA256 has %d bytes, not a SHA-256 digest's %d", n, sha256.Size)
+	}
+	return nil
+}
+
 // ValidateCreationOperation checks a creation operation identity: source RID
 // of 1..255 UTF-8 bytes without NUL, source generation in 1..MaxGeneration,
 // operation ID non-zero.
@@ -235,11 +295,19 @@ func ValidateCreationOperation(op CreationOperation) error {
 	if len(rid) < 1 || len(rid) > 255 || strings.IndexByte(rid, 0) >= 0 || !utf8.ValidString(rid) {
 		return Invalid("Creation terminal source node RID must contain 1..255 UTF-8 bytes without NUL.")
 	}
-	if op.SourceNodeGeneration < 1 || op.OperationID == (CreationOperationID{}) {
-		return Invalid("Creation terminal source generation and operation ID are invalid.")
+	const message = "Creation terminal source generation and operation ID are invalid."
+	if op.SourceNodeGeneration < 1 {
+		return invalidRule(message, "SourceNodeGeneration is %d, below 1", op.SourceNodeGeneration)
+	}
+	if op.OperationID == (CreationOperationID{}) {
+		return invalidRule(message, "OperationID is zero")
 	}
 	return nil
 }
+
+// aggregateCountsMessage is the seed's message for an aggregate generation
+// or participant count out of range.
+const aggregateCountsMessage = "Aggregate generation and participant count are invalid."
 
 // ValidateAggregatePrepare checks an aggregate prepare request: ID, generation
 // and participant count, 32-byte inventory digest, capacity vector, and
@@ -249,8 +317,11 @@ func ValidateAggregatePrepare(req AggregatePrepareRequest) error {
 	if err := RequireText(req.AggregateID, "aggregate ID"); err != nil {
 		return err
 	}
-	if req.AggregateGeneration < 1 || len(req.Participants) < 1 {
-		return Invalid("Aggregate generation and participant count are invalid.")
+	if req.AggregateGeneration < 1 {
+		return invalidRule(aggregateCountsMessage, "AggregateGeneration is %d, below 1", req.AggregateGeneration)
+	}
+	if len(req.Participants) < 1 {
+		return invalidRule(aggregateCountsMessage, "Participants is empty; an aggregate has at least one")
 	}
 	if len(req.InventoryDigest) != sha256.Size {
 		return Invalid("Aggregate inventory digest must contain 32 bytes.")
@@ -284,7 +355,7 @@ func ValidateFence(f Fence) error {
 		return err
 	}
 	if f.AggregateGeneration < 1 {
-		return Invalid("Aggregate generation and participant count are invalid.")
+		return invalidRule(aggregateCountsMessage, "AggregateGeneration is %d, below 1", f.AggregateGeneration)
 	}
 	return nil
 }

@@ -103,9 +103,12 @@ func RunTestReserve(ctx context.Context, t *testing.T, f Factory) {
 		}},
 		{"ConflictTargetMarkedDead", func(t *testing.T, fx *Fixture) {
 			fx.SetLive(TargetA, false)
+			before := fx.State()
 			res, err := fx.Store().Reserve(fx.Ctx(), fx.ReserveRequest(authority.ObjectActor, "a1", TargetA))
-			require.NoError(t, err)
+			require.NoError(t, err, "a reserve by a lease no longer live is an outcome, not an error")
 			require.Equal(t, authority.KindConflict, res.Kind)
+			require.Equal(t, authority.KindMissing, res.Current.Kind, "ReserveResult: a target not live reads the row missing")
+			fx.RequireState(before)
 			fx.SetLive(TargetA, true)
 			fx.Reserve(authority.ObjectActor, "a1", TargetA)
 		}},

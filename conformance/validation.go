@@ -50,6 +50,62 @@ type badInput struct {
 
 var tooBig = make([]byte, authority.MaxPayloadBytes+1)
 
+// sharedMessages are the seed's messages that several rules share: an error
+// carrying one names the rule broken beside it (its cause).
+var sharedMessages = map[string]bool{
+	"Placement capacity vector is invalid.":                                           true,
+	"Object creation content receipt is invalid.":                                     true,
+	"Authority lease rebind must retain the owner and change the lease generation.":   true,
+	"Aggregate generation and participant count are invalid.":                         true,
+	"Creation terminal source generation and operation ID are invalid.":               true,
+	"Creation terminal envelope must not exceed 1 MiB and requires a SHA-256 digest.": true,
+	"Creation terminal expiry must be the live operation deadline plus five minutes.": true,
+}
+
+// ruleOf is, for each case with a shared message, a part of the rule its
+// error must name.
+var ruleOf = map[string]string{
+	"CASRebindOtherOwnerID":            `Target owner "owner-b" is not the expected owner`,
+	"CASRebindSameLease":               "both lease generation 1",
+	"CASRebindZeroExpectedLease":       "Lease generations must be at least 1 (expected 0, target 2)",
+	"CASRebindNegativeTargetLease":     "Lease generations must be at least 1 (expected 1, target -1)",
+	"ReserveCapacityAllZero":           "Every count is zero",
+	"ReserveCapacityNegativeActors":    "Actors is -1, outside 0..2147483647",
+	"ReserveCapacityNegativeSpots":     "Spots is -1, outside",
+	"ReserveCapacityTooLarge":          "Spots is 2147483648, outside",
+	"ReserveSpotTypeZeroCount":         "SpotType.Count is zero",
+	"ReserveSpotTypeNegativeCount":     "SpotType.Count is -1, outside",
+	"ReserveSpotTypeCountTooLarge":     "SpotType.Count is 2147483648, outside",
+	"ReserveSpotTypeOfActorKind":       `SpotType.ObjectKind "actor" is not a Spot kind`,
+	"ReserveSpotTypeOfUnknownKind":     `SpotType.ObjectKind "spot" is not a Spot kind`,
+	"ReserveSpotTypeNULStableType":     "SpotType.StableType contains NUL",
+	"ReserveDigestShort":               "RequestSHA256 has 31 bytes, not a SHA-256 digest's 32",
+	"ReserveDigestLong":                "RequestSHA256 has 33 bytes",
+	"ReserveDigestMissing":             "RequestSHA256 has 0 bytes",
+	"ReserveEncodedSizeNegative":       "RequestEncodedSize is -1, outside 0..1048576",
+	"ReserveEncodedSizeTooLarge":       "RequestEncodedSize is 1048577, outside",
+	"CompleteSourceGenerationZero":     "SourceNodeGeneration is 0, below 1",
+	"CompleteSourceGenerationNegative": "SourceNodeGeneration is -1, below 1",
+	"CompleteOperationIDZero":          "OperationID is zero",
+	"CompleteEnvelopeTooLarge":         "TerminalEnvelope has 1048577 bytes, over 1048576",
+	"CompleteEnvelopeDigestShort":      "TerminalEnvelopeSHA256 has 16 bytes",
+	"CompleteDeadlineZero":             "OperationDeadline is not set",
+	"CompleteDeadlinePassed":           "not after the store's now",
+	"CompleteExpiryNow":                "not after the store's now",
+	"ReadTerminalSourceGenerationZero": "SourceNodeGeneration is 0, below 1",
+	"ReadTerminalOperationIDZero":      "OperationID is zero",
+	"PrepareGenerationZero":            "AggregateGeneration is 0, below 1",
+	"PrepareNoParticipants":            "Participants is empty",
+	"PrepareCapacityZero":              "Every count is zero",
+	"PrepareCapacityNegative":          "Actors is -1, outside",
+	"PrepareCapacityTooLarge":          "Actors is 2147483648, outside",
+	"PrepareSpotTypeZeroCount":         "SpotType.Count is zero",
+	"PrepareSpotTypeOfActorKind":       `SpotType.ObjectKind "actor" is not a Spot kind`,
+	"PrepareSpotTypeNULStableType":     "SpotType.StableType contains NUL",
+	"CommitAggregateGenerationZero":    "AggregateGeneration is 0, below 1",
+	"AbortAggregateGenerationZero":     "AggregateGeneration is 0, below 1",
+}
+
 // RunTestValidation runs the bad-input table: every validation rule of the
 // contract, each case required to fail with ErrInvalidArgument (and its
 // message) and to leave every row and capacity counter unchanged.
@@ -72,6 +128,10 @@ func RunTestValidation(ctx context.Context, t *testing.T, f Factory) {
 			require.True(t, errors.Is(err, authority.ErrInvalidArgument), "error %v does not wrap ErrInvalidArgument", err)
 			if tc.msg != "" {
 				require.Contains(t, err.Error(), tc.msg)
+			}
+			if rule, shared := ruleOf[tc.name]; shared || sharedMessages[tc.msg] {
+				require.True(t, shared, "case %s has a message several rules share: name its rule in ruleOf", tc.name)
+				require.Contains(t, err.Error(), rule, "the error names the rule broken")
 			}
 			fx.RequireState(before)
 		})

@@ -227,7 +227,7 @@ func demoLegend(rows []rowView) string {
 		term("OWNER", fmt.Sprintf("%s/%d", r.OwnerID, r.OwnerLeaseGeneration),
 			"owner ID / lease generation (a node's next owner lease gets the next generation)")
 		term("TOKEN", strconv.FormatInt(r.OwnershipToken, 10), "the row's ownership token: what its owner fences its own writes with")
-		term("NODE", node, "mesh / node RID @ lifecycle generation (grows each time the node restarts);")
+		term("NODE", node, "mesh / node RID @ lifecycle generation (the scope of the node's rows);")
 		term("", "", fmt.Sprintf("%q takes it back", "authorityctl capacity "+node))
 		term("VERSION", r.StoreVersion, "the row's store version: the etcd revision of its last write")
 	}

@@ -139,7 +139,8 @@ func newCapacityCommand(g *globals) *cobra.Command {
 		Long: `Show the active and reserved capacity of each node lifecycle, per counter
 (actor, spot, and each Spot type). NODE narrows it to one node: RID,
 MESH/RID, or the MESH/RID@LIFECYCLE this command prints (LIFECYCLE is the
-node's lifecycle generation: it grows each time the node restarts).`,
+node's lifecycle generation: the scope of its rows, kept across a restart
+that keeps them).`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var filter nodeFilter

@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -46,8 +47,14 @@ func ExampleNew() {
 	defer func() { _ = store.Close() }()
 
 	// Each node holds an owner lease; its liveness key fences every write of its rows.
+	// The lifecycle is the node's lifecycle generation, from its runtime: the scope of its rows. A restart
+	// that keeps the node's rows keeps it (README: "Node lifecycles and lease generations").
 	node := authority.NodeDescriptor{MeshName: "mesh", RID: "node-1"}
-	const lifecycle, owner, ttl = 1, "owner-1", 10 * time.Second
+	lifecycle, err := strconv.ParseInt(os.Getenv("ZLINK_NODE_LIFECYCLE"), 10, 64)
+	if err != nil || lifecycle < 1 {
+		log.Fatalf("ZLINK_NODE_LIFECYCLE must be the node's lifecycle generation (1, 2, …): %q", os.Getenv("ZLINK_NODE_LIFECYCLE"))
+	}
+	const owner, ttl = "owner-1", 10 * time.Second
 	lease, err := store.Registry().Acquire(ctx, node, lifecycle, owner, ttl)
 	if err != nil {
 		log.Fatalf("acquiring the owner lease: %v", err)
@@ -58,7 +65,7 @@ func ExampleNew() {
 			_ = lease.Close(context.Background())
 			return
 		case <-lease.Done(): // lost: every write of its rows now fails; stop them
-			lost := lease.Token()
+			lost := lease.Token() // the next generation goes on the same lifecycle
 			if lease, err = store.Registry().Acquire(ctx, node, lifecycle, owner, ttl); err != nil {
 				log.Printf("acquiring the next lease generation: %v", err) // retry, or give the node up
 				return

@@ -81,7 +81,10 @@ func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference
 }
 
 // Acquire grants an owner lease for ownerID on node's lifecycle (the work:
-// acquire).
+// acquire). lifecycle is the node's lifecycle generation, the scope of its
+// rows, set by the node's runtime: after a lease is lost, or after a
+// restart that keeps the node's rows, Acquire again on the rows' lifecycle
+// and RebindRows. Each Acquire is the owner's next lease generation.
 func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (l *OwnerLease, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpOwnerLeaseAcquire)
 	l, err = r.acquire(ctx, node, lifecycle, ownerID, ttl)
@@ -89,8 +92,13 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 	return l, err
 }
 
-// RebindRows moves every row of the owner from to this lease and returns
-// how many (the work: rebindRows).
+// RebindRows moves every row of from, an earlier lease generation of this
+// lease's owner on this lease's node lifecycle, to this lease and returns
+// how many (the work: rebindRows). Any other from (another owner's token,
+// this lease's own, a later generation) is refused with ErrInvalidArgument
+// before anything is written; rows on another node or node lifecycle are
+// refused with ErrInvalidArgument naming both: those move with an
+// aggregate.
 func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) (n int64, err error) {
 	ctx, op := l.r.s.obs.Start(ctx, observe.OpRebindRows)
 	n, err = l.rebindRows(ctx, from)

@@ -16,8 +16,8 @@ import (
 //
 // Every Txn that changes a capacity entry puts its node lifecycle's epoch,
 // so without pruning one epoch key stays behind for every node lifecycle
-// that ever held capacity: a cluster whose nodes restart (a new lifecycle
-// each time) gathers them without bound. A deleted epoch costs nothing: the
+// that ever held capacity: a cluster whose nodes start new lifecycles
+// gathers them without bound. A deleted epoch costs nothing: the
 // next reservation on that node lifecycle puts it again.
 //
 // Each delete is fenced, in the same Txn, on the node's capacity range

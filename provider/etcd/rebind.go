@@ -50,8 +50,13 @@ type rebinder struct {
 // left to its new writer. A row that changed under maxAttempts Txns stays
 // on from: the other rows are still moved, and the error (wrapping
 // ErrUnavailable) says how many stayed, so the caller calls it again. Onto
-// a lease that is lost nothing can move: the error wraps ErrLeaseLost.
+// a lease that is lost nothing can move: the error wraps ErrLeaseLost. A
+// from that is not an earlier generation of this lease's owner is refused
+// before anything is read or written (validateRebindFrom).
 func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) (int64, error) {
+	if err := validateRebindFrom(from, l.token); err != nil {
+		return 0, err
+	}
 	s := l.r.s
 	if err := s.begin(ctx); err != nil {
 		return 0, err
@@ -90,6 +95,24 @@ func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) 
 			errContention)
 	}
 	return rb.moved, nil
+}
+
+// validateRebindFrom checks what the per-row rebind (ValidateMutation of a
+// RebindOwnerLease) checks, and that from is older than to: a rebind keeps
+// the owner and moves its rows from an earlier lease generation onto a
+// later one. A live owner's rows (another owner's token) and the lease's
+// own rows (its own token) are never from.
+func validateRebindFrom(from, to authority.OwnerToken) error {
+	if err := authority.ValidateOwner(from); err != nil {
+		return err
+	}
+	if from.OwnerID != to.OwnerID || from.LeaseGeneration <= 0 || from.LeaseGeneration >= to.LeaseGeneration {
+		return authority.Wrap(authority.ErrInvalidArgument,
+			"Authority lease rebind must retain the owner and change the lease generation.",
+			fmt.Errorf("RebindRows moves the rows of an earlier lease generation of its own owner: %s generation %d is not an earlier lease generation of its own owner %s (this lease: generation %d)",
+				from.OwnerID, from.LeaseGeneration, to.OwnerID, to.LeaseGeneration))
+	}
+	return nil
 }
 
 // lost is ErrLeaseLost once the lease is known lost.
@@ -193,7 +216,10 @@ func (rb *rebinder) move(ctx context.Context, pending []*rebindRow) error {
 
 // build returns the Txn moving the first n rows of pending: as many as fit
 // the store's limits (at least one; a row too large alone fails the send's
-// limit check, naming the flag).
+// limit check, naming the flag). Each row's ModRevision compare is its
+// owner fence: the row was read held by from (movable), so a row whose
+// owner is no longer from by the time the Txn applies fails the compare
+// and is never moved.
 func (rb *rebinder) build(pending []*rebindRow) (t *txn, n int) {
 	s, to := rb.s, rb.l.token
 	t = &txn{}
@@ -300,16 +326,24 @@ func (rb *rebinder) contention(batch []*rebindRow) (again []*rebindRow) {
 
 // elsewhere is the error for rows whose node has no liveness key of the
 // lease (live, the key a Txn compared): the rows are on another node or
-// node lifecycle than the lease, and none can move onto it.
+// node lifecycle than the lease, and none can move onto it: a rebind
+// passes rows between lease generations of one node lifecycle; rows move
+// to another lifecycle with an aggregate (their capacity moves with them).
 func (rb *rebinder) elsewhere(live string, batch []*rebindRow) error {
-	s := rb.s
+	s, l := rb.s, rb.l
 	for _, p := range batch {
 		a := p.row.Alloc
-		if s.keys.Liveness(a.Descriptor, a.DescriptorLifecycleGeneration, rb.l.token) == live {
-			return authority.Invalid(fmt.Sprintf("row %s of %s generation %d is on node %s/%s lifecycle %d, the lease on %s/%s lifecycle %d; acquire the new generation on the rows' node",
-				p.key, rb.from.OwnerID, rb.from.LeaseGeneration, a.Descriptor.MeshName, a.Descriptor.RID, a.DescriptorLifecycleGeneration,
-				rb.l.node.MeshName, rb.l.node.RID, rb.l.lifecycle))
+		if s.keys.Liveness(a.Descriptor, a.DescriptorLifecycleGeneration, l.token) != live {
+			continue
 		}
+		where := fmt.Sprintf("row %s of %s generation %d is on node %s/%s at node lifecycle %d",
+			p.key, rb.from.OwnerID, rb.from.LeaseGeneration, a.Descriptor.MeshName, a.Descriptor.RID, a.DescriptorLifecycleGeneration)
+		if a.Descriptor == l.node {
+			return authority.Invalid(fmt.Sprintf("%s, this lease at lifecycle %d: RebindRows moves rows within one node lifecycle; acquire the new generation on lifecycle %d to rebind them, or move them onto lifecycle %d with an aggregate (PrepareAggregate, TargetDescriptorLifecycleGeneration %d), or drop them with RemoveAllByOwner",
+				where, l.lifecycle, a.DescriptorLifecycleGeneration, l.lifecycle, l.lifecycle))
+		}
+		return authority.Invalid(fmt.Sprintf("%s, this lease on node %s/%s at lifecycle %d: acquire the new generation on the rows' node and lifecycle, or move the rows with an aggregate",
+			where, l.node.MeshName, l.node.RID, l.lifecycle))
 	}
-	return authority.Invalid("rows to rebind are on another node than the lease")
+	return authority.Invalid("rows to rebind are on another node or node lifecycle than the lease")
 }

@@ -126,7 +126,7 @@ func TestRebindRowsWithinRequestBytes(t *testing.T) {
 func TestRebindRowsLeavesRowsChangedUnderIt(t *testing.T) {
 	var on atomic.Bool
 	c := server.Client(t)
-	c.KV = rewritingKV{KV: c.KV, on: &on, only: "a3", del: true}
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/actor/a3", del: true}
 	const rows = 8
 	_, fx, first, second := rebindSetup(t, c, etcdstore.Config{}, rows)
 	on.Store(true)
@@ -151,7 +151,7 @@ func TestRebindRowsStopsWhenTheLeaseIsLostMidway(t *testing.T) {
 	var second *etcdstore.OwnerLease
 	var ns string
 	c := server.Client(t)
-	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/a5", do: func(ctx context.Context, _ string) {
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/actor/a5", do: func(ctx context.Context, _ string) {
 		_, _ = shared.Delete(ctx, schema.OwnerLivenessPrefix(ns, second.Token()), clientv3.WithPrefix())
 	}}
 	s, fx, first, second := rebindSetup(t, c, etcdstore.Config{MaxTxnOps: 16}, 12)
@@ -181,4 +181,137 @@ func TestRebindRowsOntoALeaseOfAnotherNode(t *testing.T) {
 	require.Contains(t, err.Error(), "node-a")
 	require.Zero(t, moved)
 	require.Equal(t, first.Token(), fx.MustRow(fx.Key(authority.ObjectActor, "a0")).Owner())
+}
+
+// RebindRows moves the rows of an earlier generation of its own owner only:
+// a lease of the owner "thief" given the token of a live owner "victim" on
+// the same node, its own token, a later generation of its owner or a token
+// with no owner is refused with ErrInvalidArgument naming the rule, before
+// any write (the store's revision does not move) and without a panic; the
+// victim's rows stay its own.
+func TestRebindRowsRefusesATokenNotAnEarlierGenerationOfItsOwner(t *testing.T) {
+	s, fx, victim, _ := rebindSetup(t, nil, etcdstore.Config{}, 3)
+	ctx := context.Background()
+	thief, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "thief", 20*time.Second)
+	require.NoError(t, err)
+	defer thief.Close(ctx)
+	later, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "thief", 20*time.Second)
+	require.NoError(t, err)
+	defer later.Close(ctx)
+	for name, from := range map[string]authority.OwnerToken{
+		"another owner's live token": victim.Token(),
+		"its own token":              thief.Token(),
+		"a later generation":         later.Token(),
+		"generation 0":               {OwnerID: "thief"},
+		"no owner":                   {LeaseGeneration: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rev := currentRevision(t)
+			moved, err := thief.RebindRows(ctx, from)
+			require.ErrorIs(t, err, authority.ErrInvalidArgument)
+			require.Zero(t, moved)
+			require.Equal(t, rev, currentRevision(t), "nothing written")
+			for i := range 3 {
+				require.Equal(t, victim.Token(), fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Owner())
+			}
+		})
+	}
+	moved, err := thief.RebindRows(ctx, victim.Token())
+	require.ErrorContains(t, err, "earlier lease generation of its own owner")
+	require.Zero(t, moved)
+}
+
+// currentRevision is the test server's current revision.
+func currentRevision(t *testing.T) int64 {
+	t.Helper()
+	resp, err := shared.Get(context.Background(), "/rebind-revision-probe")
+	require.NoError(t, err)
+	return resp.Header.Revision
+}
+
+// Rows stay on the node lifecycle they were placed on: RebindRows onto a
+// lease of the same node at another lifecycle (a node that started a new
+// lifecycle) refuses the rows of lifecycle 1 with ErrInvalidArgument naming
+// both lifecycles and both ways on (a lease on lifecycle 1, or an
+// aggregate), writing nothing; that aggregate then moves them onto
+// lifecycle 2, with their capacity (README, "Node lifecycles and lease
+// generations").
+func TestRebindRowsOntoAnotherLifecycleNamesBoth(t *testing.T) {
+	const rows = 3
+	s, fx, first, _ := rebindSetup(t, nil, etcdstore.Config{}, rows)
+	ctx := context.Background()
+	restarted, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle+1, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer restarted.Close(ctx)
+	rev := currentRevision(t)
+	moved, err := restarted.RebindRows(ctx, first.Token())
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	require.NotErrorIs(t, err, etcdstore.ErrLeaseLost)
+	require.Zero(t, moved)
+	for _, part := range []string{"at node lifecycle 1", "this lease at lifecycle 2", "acquire the new generation on lifecycle 1", "aggregate"} {
+		require.Contains(t, err.Error(), part)
+	}
+	require.Equal(t, rev, currentRevision(t), "nothing written")
+
+	// the documented way: one aggregate moves them onto the new lifecycle
+	var parts []authority.AggregateParticipant
+	for i := range rows {
+		key := fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))
+		parts = append(parts, conformance.Participant(key, fx.MustRow(key).StoreVersion, authority.TransitionNewOwner, []byte("moved")))
+	}
+	newRun := conformance.Target(conformance.NodeA, conformance.NodeLifecycle+1, restarted.Token())
+	fence := fx.MustPrepare(conformance.AggregateRequest("restart/mover", first.Token().LeaseGeneration, newRun, authority.CapacityVector{Actors: rows}, parts...))
+	committed, err := s.CommitAggregate(ctx, fence)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, committed.Kind)
+	for i := range rows {
+		snap := fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i)))
+		require.Equal(t, restarted.Token(), snap.Owner())
+		require.EqualValues(t, conformance.NodeLifecycle+1, snap.Allocation.DescriptorLifecycleGeneration)
+	}
+	for lifecycle, want := range map[int64]int64{conformance.NodeLifecycle: 0, conformance.NodeLifecycle + 1: rows} {
+		use, err := s.CapacityUsage(ctx, conformance.NodeA, lifecycle, authority.ObjectActor, "")
+		require.NoError(t, err)
+		require.Equal(t, want, use.Active, "lifecycle %d", lifecycle)
+	}
+}
+
+// A row read held by from that another writer moves to another owner
+// before the rebind's Txn applies is never moved: its ModRevision compare
+// (the Txn's owner fence) fails, and from what Else read the row is no
+// longer from's. The other rows of the Txn move.
+func TestRebindRowsNeverMovesARowThatLeftFrom(t *testing.T) {
+	var on atomic.Bool
+	var once sync.Once
+	var third authority.OwnerToken
+	var other *etcdstore.Store
+	var first *etcdstore.OwnerLease
+	c := server.Client(t)
+	c.KV = rewritingKV{KV: c.KV, on: &on, only: "/actor/a2", do: func(ctx context.Context, _ string) {
+		once.Do(func() {
+			key := authority.Key("actor/a2")
+			cur, err := other.ReadAuthority(ctx, key)
+			require.NoError(t, err)
+			res, err := other.CompareExchangeAuthority(ctx, key, cur.Snapshot.StoreVersion, authority.RebindOwnerLease(first.Token(), third, []byte("taken")))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindStored, res.Kind)
+		})
+	}}
+	const rows = 4
+	s, fx, first, second := rebindSetup(t, c, etcdstore.Config{}, rows)
+	ctx := context.Background()
+	other = newStore(t, nil, etcdstore.Config{Namespace: s.Namespace()})
+	lease3, err := other.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle, "mover", 20*time.Second)
+	require.NoError(t, err)
+	defer lease3.Close(ctx)
+	third = lease3.Token()
+	on.Store(true)
+	moved, err := second.RebindRows(ctx, first.Token())
+	on.Store(false)
+	require.NoError(t, err)
+	require.EqualValues(t, rows-1, moved)
+	require.Equal(t, third, fx.MustRow(fx.Key(authority.ObjectActor, "a2")).Owner(), "the row that left from stays with its new owner")
+	for _, i := range []int{0, 1, 3} {
+		require.Equal(t, second.Token(), fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Owner())
+	}
 }

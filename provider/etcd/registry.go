@@ -25,7 +25,8 @@ type Registry struct{ s *Store }
 // Registry returns the store's owner registry.
 func (s *Store) Registry() *Registry { return &Registry{s} }
 
-// OwnerLease is one lease generation of an owner on a node lifecycle. While
+// OwnerLease is one lease generation of an owner on a node lifecycle (see
+// Registry.Acquire). While
 // it is held its liveness key exists and the owner's writes pass the
 // isTargetLive fence; once the lease is lost (Done closed) they fail.
 type OwnerLease struct {
