@@ -9,7 +9,9 @@ import (
 )
 
 // The contract operations, each recorded by the store's observer (metrics,
-// span, outcome) around the method that does the work.
+// span, outcome) around the method that does the work. A read-only store
+// (Config.ReadOnly) refuses every write here, whatever it would have
+// written.
 
 // ReadAuthority reads the row at key (the work: readAuthority).
 func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (res authority.ReadResult, err error) {
@@ -23,7 +25,9 @@ func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (res autho
 // version is expected (the work: compareExchangeAuthority).
 func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (res authority.CompareExchangeResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpCompareExchange)
-	res, err = s.compareExchangeAuthority(ctx, key, expected, m)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.compareExchangeAuthority(ctx, key, expected, m)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -41,7 +45,9 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 // work: removeAllByOwner).
 func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken) (n int64, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpRemoveAllByOwner)
-	n, err = s.removeAllByOwner(ctx, owner)
+	if err = s.refuseWrite(); err == nil {
+		n, err = s.removeAllByOwner(ctx, owner)
+	}
 	op.End("", err)
 	return n, err
 }
@@ -49,7 +55,9 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 // Reserve reserves a row for a creation (the work: reserve).
 func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (res authority.ReserveResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpReserve)
-	res, err = s.reserve(ctx, req)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.reserve(ctx, req)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -57,7 +65,9 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (res 
 // Commit activates a reserved row (the work: commitReservation).
 func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (res authority.CommitResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpCommit)
-	res, err = s.commitReservation(ctx, req)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.commitReservation(ctx, req)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -66,7 +76,9 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (res au
 // terminal (the work: completeCreation).
 func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCreationRequest) (res authority.CompleteCreationResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpCompleteCreation)
-	res, err = s.completeCreation(ctx, req)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.completeCreation(ctx, req)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -83,7 +95,9 @@ func (s *Store) ReadCreationTerminal(ctx context.Context, o authority.CreationOp
 // Abort releases a reservation (the work: abort).
 func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (res authority.AbortResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpAbort)
-	res, err = s.abort(ctx, req)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.abort(ctx, req)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -91,7 +105,9 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (res auth
 // PrepareAggregate prepares an aggregate move (the work: prepareAggregate).
 func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (res authority.PrepareAggregateResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpPrepareAggregate)
-	res, err = s.prepareAggregate(ctx, req)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.prepareAggregate(ctx, req)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -99,7 +115,9 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 // CommitAggregate commits a prepared aggregate (the work: commitPrepared).
 func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (res authority.CommitAggregateResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpCommitAggregate)
-	res, err = s.commitPrepared(ctx, fence)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.commitPrepared(ctx, fence)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -107,7 +125,9 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (res
 // AbortAggregate aborts a prepared aggregate (the work: abortPrepared).
 func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (res authority.AbortAggregateResult, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpAbortAggregate)
-	res, err = s.abortPrepared(ctx, fence)
+	if err = s.refuseWrite(); err == nil {
+		res, err = s.abortPrepared(ctx, fence)
+	}
 	op.End(res.Kind, err)
 	return res, err
 }
@@ -134,7 +154,9 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 // hold no capacity and returns how many (the work: pruneCapacityEpochs).
 func (s *Store) PruneCapacityEpochs(ctx context.Context) (n int, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpPruneEpochs)
-	n, err = s.pruneCapacityEpochs(ctx)
+	if err = s.refuseWrite(); err == nil {
+		n, err = s.pruneCapacityEpochs(ctx)
+	}
 	op.End("", err)
 	if err == nil {
 		s.obs.Logger().Info("pruned capacity epochs", "epochs", n)
@@ -146,7 +168,9 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (n int, err error) {
 // (the work: putNew).
 func (r RelocationStore) PutNew(ctx context.Context, data []byte, retention time.Duration) (res authority.BlobReceipt, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationPut)
-	res, err = r.putNew(ctx, data, retention)
+	if err = r.s.refuseWrite(); err == nil {
+		res, err = r.putNew(ctx, data, retention)
+	}
 	op.End("", err)
 	if err == nil {
 		r.s.obs.Metrics().RelocationBytes(len(data), true)
@@ -169,7 +193,9 @@ func (r RelocationStore) Read(ctx context.Context, ref authority.BlobReference) 
 // work: remove).
 func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference) (err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationDelete)
-	err = r.remove(ctx, ref)
+	if err = r.s.refuseWrite(); err == nil {
+		err = r.remove(ctx, ref)
+	}
 	op.End("", err)
 	return err
 }
@@ -178,7 +204,9 @@ func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference
 // acquire).
 func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (l *OwnerLease, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpOwnerLeaseAcquire)
-	l, err = r.acquire(ctx, node, lifecycle, ownerID, ttl)
+	if err = r.s.refuseWrite(); err == nil {
+		l, err = r.acquire(ctx, node, lifecycle, ownerID, ttl)
+	}
 	op.End("", err)
 	return l, err
 }
