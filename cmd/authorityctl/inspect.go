@@ -171,6 +171,7 @@ node's lifecycle generation: it grows each time the node restarts).`,
 					return err
 				}
 				if filter.text != "" && len(usage) == 0 {
+					g.foundNothing = true
 					return fmt.Errorf("node %q holds no capacity: %w", filter.text, errNotFound)
 				}
 				return renderItems(g, usage, capacityTable(), (*table).addCapacityUsage)

@@ -145,6 +145,7 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 		"watch":                   {"watch"},
 		"owners":                  {"owners"},
 		"capacity":                {"capacity"},
+		"capacity NODE":           {"capacity", "m/no-such-node"},
 		"terminals":               {"terminals"},
 		"aggregates":              {"aggregates"},
 		"reservations":            {"reservations"},

@@ -142,7 +142,7 @@ func TestBlockedFinalizeSaysItOnce(t *testing.T) {
 		out, errOut, code := cli(t, nil, on(ns, "upgrade", "finalize", mode)...)
 		require.Equal(t, exitFailure, code, "finalize %s: %s%s", mode, out, errOut)
 		require.Equal(t, 1, strings.Count(out+errOut, "owner earlier-owner generation 1"), "the blocker is named once: stdout %q, stderr %q", out, errOut)
-		require.Regexp(t, `lease [0-9a-f]+, \d+s left`, errOut)
+		require.Regexp(t, `lease [0-9a-f]+, (\d+m)?\d+s left`, errOut)
 		require.Contains(t, errOut, "run finalize again")
 		t.Logf("finalize %s:\n%s%s", mode, out, errOut)
 	}
