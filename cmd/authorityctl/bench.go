@@ -83,10 +83,11 @@ otherwise); the result goes to stdout (-o json|yaml for automation).`
 func newBenchCommand(g *globals) *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench --workload W [--clients N] [--duration D] [--rows N] [--payload-bytes B]",
-		Short: "Measure the store's operations on this cluster against a raw-etcd baseline",
-		Long:  benchLong,
-		Args:  exactArgs(0),
+		Use:         "bench --workload W [--clients N] [--duration D] [--rows N] [--payload-bytes B]",
+		Annotations: map[string]string{annotationWrites: "rows and leases in a fresh namespace <namespace>bench-<random>/, removed after"},
+		Short:       "Measure the store's operations on this cluster against a raw-etcd baseline",
+		Long:        benchLong,
+		Args:        exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
 				return err

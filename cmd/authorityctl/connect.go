@@ -271,12 +271,14 @@ func (g *globals) probe(ctx context.Context, c *clientv3.Client, statuses []endp
 }
 
 // store opens the provider's store on a dialled client; close releases both.
-func (g *globals) store(ctx context.Context) (*etcdstore.Store, *clientv3.Client, func(), error) {
+// Unless the command writes, the store is read-only (etcdstore.Config
+// ReadOnly): opening it writes nothing, and it refuses every write.
+func (g *globals) store(ctx context.Context, writes bool) (*etcdstore.Store, *clientv3.Client, func(), error) {
 	c, _, err := g.dial(ctx, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl"})
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes})
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, authority.ErrAccessDenied) {
@@ -285,4 +287,20 @@ func (g *globals) store(ctx context.Context) (*etcdstore.Store, *clientv3.Client
 		return nil, nil, nil, err
 	}
 	return s, c, func() { _ = s.Close(); _ = c.Close() }, nil
+}
+
+// warnIfEmpty says on stderr when the namespace holds no key at all, for a
+// read-only command that found nothing: a mistyped --namespace then shows.
+// (Only then: etcd counts a limited range to its end.)
+func (g *globals) warnIfEmpty(ctx context.Context, c *clientv3.Client) {
+	resp, err := c.Get(ctx, g.namespace, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err == nil && len(resp.Kvs) == 0 {
+		g.warnEmpty()
+	}
+}
+
+// warnEmpty is warnIfEmpty's warning. The exit code stays the command's
+// own: an empty namespace is a valid answer (a new deployment).
+func (g *globals) warnEmpty() {
+	fmt.Fprintf(g.stderr, "warning: namespace %s holds no keys at all: check --namespace (this command wrote nothing)\n", g.namespace)
 }

@@ -45,8 +45,9 @@ func newDemoCommand(g *globals) *cobra.Command {
 	var serve, fsync bool
 	var metricsAddr string
 	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Run the store on an embedded etcd, populate it, and show it",
+		Use:         "demo",
+		Annotations: map[string]string{annotationWrites: "an embedded etcd of its own (not --endpoints)"},
+		Short:       "Run the store on an embedded etcd, populate it, and show it",
 		Long: `Start an embedded etcd (in a temporary directory, or --data-dir), register
 two nodes with owner leases, create User Spots and Instance activations through
 the coordinators and an Actor through the store, relocate two Spots to the

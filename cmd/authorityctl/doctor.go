@@ -131,7 +131,9 @@ func runDoctor(ctx context.Context, g *globals, maxTxnOps, maxRequestBytes int, 
 	d := &doctorView{Endpoints: []memberView{}, Checks: []checkView{}}
 	doctorMembers(ctx, c, statuses, d)
 	doctorServerWarnings(d)
-	doctorCluster(ctx, c, g.namespace, d)
+	if doctorCluster(ctx, c, g.namespace, d) == 0 {
+		g.warnEmpty()
+	}
 	doctorCapacityEpochs(ctx, c, g.namespace, d)
 	doctorStoreVersions(ctx, c, g.namespace, d)
 	doctorKeys(ctx, c, g.namespace, d)
@@ -267,11 +269,13 @@ func doctorMembers(ctx context.Context, c *clientv3.Client, statuses []endpointS
 	}
 }
 
-func doctorCluster(ctx context.Context, c *clientv3.Client, ns string, d *doctorView) {
+// doctorCluster checks a quorum read, the alarms and compaction; it returns
+// how many keys the namespace holds (-1: unknown).
+func doctorCluster(ctx context.Context, c *clientv3.Client, ns string, d *doctorView) int64 {
 	resp, err := c.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		d.add("quorum read", checkFail, "linearizable read failed: %v", err)
-		return
+		return -1
 	}
 	d.add("quorum read", checkOK, "%d keys under %s at revision %d", resp.Count, ns, resp.Header.Revision)
 	alarms, err := c.AlarmList(ctx)
@@ -288,6 +292,7 @@ func doctorCluster(ctx context.Context, c *clientv3.Client, ns string, d *doctor
 		d.add("alarms", checkFail, "%s (NOSPACE: compact, defragment, then disarm)", strings.Join(list, "; "))
 	}
 	doctorCompaction(ctx, c, ns, resp.Header.Revision, d)
+	return resp.Count
 }
 
 // doctorCompaction finds the oldest revision still readable (the last

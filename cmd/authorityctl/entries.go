@@ -65,7 +65,8 @@ func addRows[T any](t *table, items []T, add func(*table, T)) *table {
 }
 
 // renderItems writes items as {"items": [...]} (json, yaml) or as t with one
-// row per item added by add (table, wide).
+// row per item added by add (table, wide); no item is foundNothing.
 func renderItems[T any](g *globals, items []T, t *table, add func(*table, T)) error {
+	g.foundNothing = len(items) == 0
 	return render(g.stdout, g.output, itemsView[T]{Items: items}, addRows(t, items, add))
 }

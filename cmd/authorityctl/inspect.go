@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -25,7 +26,8 @@ func rangeAll(ctx context.Context, c *clientv3.Client, prefix string, opts ...cl
 	return etcdpage.All(ctx, c, prefix, 0, 500, opts...)
 }
 
-// raw runs f with a dialled client under --command-timeout.
+// raw runs f with a dialled client under --command-timeout; when f found
+// nothing (g.foundNothing), it warns if the namespace is empty.
 func (g *globals) raw(cmd *cobra.Command, f func(ctx context.Context, c *clientv3.Client) error) error {
 	ctx, cancel := g.commandContext(cmd.Context())
 	defer cancel()
@@ -34,20 +36,33 @@ func (g *globals) raw(cmd *cobra.Command, f func(ctx context.Context, c *clientv
 		return err
 	}
 	defer c.Close()
-	return f(ctx, c)
+	err = f(ctx, c)
+	g.afterRead(ctx, c, err)
+	return err
 }
 
 // withStore runs f with a store of the flags' cluster and namespace (and its
-// client) under --command-timeout.
-func (g *globals) withStore(cmd *cobra.Command, f func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error) error {
+// client) under --command-timeout: a read-only store unless writes; when f
+// found nothing, it warns if the namespace is empty.
+func (g *globals) withStore(cmd *cobra.Command, writes bool, f func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error) error {
 	ctx, cancel := g.commandContext(cmd.Context())
 	defer cancel()
-	s, c, done, err := g.store(ctx)
+	s, c, done, err := g.store(ctx, writes)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return f(ctx, s, c)
+	err = f(ctx, s, c)
+	g.afterRead(ctx, c, err)
+	return err
+}
+
+// afterRead warns when a command that found nothing read an empty
+// namespace.
+func (g *globals) afterRead(ctx context.Context, c *clientv3.Client, err error) {
+	if g.foundNothing && (err == nil || errors.Is(err, errNotFound)) {
+		g.warnIfEmpty(ctx, c)
+	}
 }
 
 // ownerView is one live owner lease.
@@ -157,6 +172,7 @@ that keeps them).`,
 					return err
 				}
 				if filter.text != "" && len(usage) == 0 {
+					g.foundNothing = true
 					return fmt.Errorf("node %q holds no capacity: %w", filter.text, errNotFound)
 				}
 				return renderItems(g, usage, capacityTable(), (*table).addCapacityUsage)

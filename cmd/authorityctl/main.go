@@ -2,9 +2,11 @@
 // rows, owner leases, capacity, terminals, aggregates and reservations, plus
 // a doctor for the etcd cluster and a self-contained demo.
 //
-// It is read-only unless a command says otherwise: the only operator writes
-// are remove-owner and prune-epochs, behind --yes (or --dry-run to list what
-// they would remove).
+// Its commands only read, and write nothing even when they open the store,
+// except those annotated as writing (annotationWrites), which `authorityctl
+// --help` lists with what they write: the operator writes behind --yes (with
+// --dry-run to show what they would do) and the commands that bring their
+// own namespace or server (bench, demo).
 //
 // Exit codes:
 //

@@ -32,8 +32,9 @@ type pruneView struct {
 func newPruneEpochsCommand(g *globals) *cobra.Command {
 	var yes, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "prune-epochs (--dry-run | --yes)",
-		Short: "Delete the capacity epochs of node lifecycles that hold no capacity",
+		Use:         "prune-epochs (--dry-run | --yes)",
+		Annotations: map[string]string{annotationWrites: "with --yes: deletes the capacity epochs of node lifecycles that hold no capacity"},
+		Short:       "Delete the capacity epochs of node lifecycles that hold no capacity",
 		Long: `Delete the capacity epoch key of every node lifecycle that holds no
 capacity entry (the store's PruneCapacityEpochs). Every node restart is a new
 lifecycle, and each lifecycle that ever held capacity leaves its epoch key
@@ -45,7 +46,7 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 			if yes == dryRun {
 				return usageError(errors.New("prune-epochs writes: pass exactly one of --yes or --dry-run"))
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+			return g.withStore(cmd, yes, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				if yes {
 					return pruneEpochs(ctx, g, s, c)
 				}
@@ -65,6 +66,7 @@ write: it needs --yes; --dry-run lists the epochs it would delete now.`,
 					return err
 				}
 				out := pruneView{DryRun: true, Epochs: epochs}
+				g.foundNothing = len(epochs) == 0
 				t := addRows(epochsTable(), epochs, (*table).addEpoch)
 				if g.output == outputTable || g.output == outputWide {
 					fmt.Fprintf(g.stdout, "would prune %d capacity epochs:\n", len(out.Epochs))

@@ -28,8 +28,9 @@ func newRemoveOwnerCommand(g *globals) *cobra.Command {
 	var gen int64
 	var yes, dryRun, force bool
 	cmd := &cobra.Command{
-		Use:   "remove-owner OWNER --lease-generation N (--dry-run | --yes)",
-		Short: "Delete every row held by one owner lease generation and release its capacity",
+		Use:         "remove-owner OWNER --lease-generation N (--dry-run | --yes)",
+		Annotations: map[string]string{annotationWrites: "with --yes: deletes the rows of one owner lease generation and releases their capacity"},
+		Short:       "Delete every row held by one owner lease generation and release its capacity",
 		Long: `Delete every row (active or reserved) held by OWNER at --lease-generation
 and release its capacity (the store's RemoveAllByOwner). This is an operator
 write: it needs --yes; --dry-run lists the rows it would remove. An owner whose
@@ -49,7 +50,7 @@ lease is still live is refused unless --force is given.`,
 			if err := authority.ValidateOwner(owner); err != nil {
 				return usageError(err)
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+			return g.withStore(cmd, yes, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				lr, err := c.Get(ctx, schema.OwnerLivenessPrefix(g.namespace, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
 				if err != nil {
 					return err
@@ -64,6 +65,7 @@ lease is still live is refused unless --force is given.`,
 						return err
 					}
 					out.Rows = &rows
+					g.foundNothing = len(rows) == 0
 					t := addRows(rowTable(), rows, (*table).addRow)
 					if g.output == outputTable || g.output == outputWide {
 						fmt.Fprintf(g.stdout, "would remove %d rows of %s/%d:\n", len(rows), owner.OwnerID, gen)

@@ -41,16 +41,25 @@ type globals struct {
 	skipped int
 	// cmdCtx is the context commandContext made (nil before).
 	cmdCtx context.Context
+	// foundNothing says the command read nothing (no row, no entry): it
+	// then warns if the namespace holds no key at all (afterRead).
+	foundNothing bool
 
 	stdout, stderr io.Writer
 	env            func(string) string
 }
 
-const rootLong = `authorityctl inspects and operates the etcd-backed authority store.
+// rootLong is the root --help; writers is writersText's list.
+func rootLong(writers string) string {
+	return `authorityctl inspects and operates the etcd-backed authority store.
 
-It is read-only unless a command says otherwise; remove-owner and
-prune-epochs are the only operator writes and need --yes (bench writes in
-a fresh namespace it removes after).
+Commands only read: they write nothing, not even when they open the store.
+These are the exceptions, with what they write:
+` + writers + `
+
+A command that reads and finds nothing says on stderr when the namespace
+holds no keys at all, so that a mistyped --namespace shows; its exit code
+stays its own.
 
 Every global flag can also be set through an environment variable named
 AUTHORITYCTL_<FLAG> (for example AUTHORITYCTL_ENDPOINTS, AUTHORITYCTL_PASSWORD);
@@ -62,6 +71,24 @@ Exit codes:
   2  usage error (bad flag, bad argument, unknown kind or command)
   3  cannot connect (unreachable endpoint, TLS files, credentials)
   130  stopped by Ctrl-C or SIGTERM (every command)`
+}
+
+// writersText lists the commands under root that write (annotationWrites),
+// one a line with what they write, in command order.
+func writersText(root *cobra.Command) string {
+	var lines []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if writes(c) {
+			lines = append(lines, fmt.Sprintf("  %-18s %s", strings.TrimPrefix(c.CommandPath(), root.Name()+" "), c.Annotations[annotationWrites]))
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return strings.Join(lines, "\n")
+}
 
 // newRootCommand builds the command tree writing to stdout and stderr and
 // reading environment variables through env.
@@ -77,7 +104,6 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 		Use:           "authorityctl",
 		Version:       versionText(),
 		Short:         "Inspect and operate the etcd-backed authority store",
-		Long:          rootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,6 +140,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	}
+	root.Long = rootLong(writersText(root))
 	return root, g
 }
 
@@ -283,3 +310,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	}
 	return code
 }
+
+// annotationWrites marks a command that writes (cobra.Command.Annotations),
+// with what it writes as its value. The root --help lists these commands,
+// and a test checks that every other one writes nothing.
+const annotationWrites = "authorityctl/writes"
+
+// writes reports whether c is a command that writes.
+func writes(c *cobra.Command) bool { _, ok := c.Annotations[annotationWrites]; return ok }

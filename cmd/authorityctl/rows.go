@@ -29,12 +29,13 @@ func newGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+			return g.withStore(cmd, false, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
 				r, err := s.ReadAuthority(ctx, key)
 				if err != nil {
 					return err
 				}
 				if r.Kind != authority.KindSnapshot {
+					g.foundNothing = true
 					return fmt.Errorf("%s %q: %w", kind, id, errNotFound)
 				}
 				v := viewRow(key, r.Snapshot)
@@ -97,7 +98,7 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if err := authority.ValidateScanPrefix(prefix); err != nil {
 				return usageError(fmt.Errorf("PREFIX %q: %w", prefix, err))
 			}
-			return g.withStore(cmd, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
+			return g.withStore(cmd, false, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
 				out := listView{Items: []rowView{}}
 				var cursor authority.ScanCursor
 				for {
@@ -129,6 +130,7 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 						break
 					}
 				}
+				g.foundNothing = len(out.Items) == 0
 				return render(g.stdout, g.output, out, addRows(rowTable(), out.Items, (*table).addRow))
 			})
 		},

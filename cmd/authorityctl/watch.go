@@ -27,11 +27,12 @@ const disconnectGrace = time.Second
 // is back it says whether changes were missed (compacted meanwhile), and a
 // compacted gap is named and skipped.
 func runWatch(ctx context.Context, g *globals, prefix string, rev int64, count int) error {
-	s, c, done, err := g.store(ctx)
+	s, c, done, err := g.store(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer done()
+	g.warnIfEmpty(ctx, c)
 	if g.output == outputTable || g.output == outputWide {
 		fmt.Fprintf(g.stdout, "%-8s %-7s %-40s %s\n", "REV", "TYPE", "KEY", "DETAIL")
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // checkAccess makes sure the client's etcd user may read and write the
-// namespace (every store writes: it announces itself), so that a role that
+// namespace (every store but a read-only one writes: it announces itself), so that a role that
 // does not cover it is named at New rather than at the first operation. The
 // read is a keys-only Get of one key under the namespace; the write is a Txn
 // whose compare can never hold (a version below zero) with a put of the
@@ -33,6 +33,9 @@ func (s *Store) checkAccess(ctx context.Context) error {
 	_, err := s.client.KV.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		return s.accessError(err, "read")
+	}
+	if s.readOnly {
+		return nil // it will not write: a read-only role will do
 	}
 	_, err = s.client.KV.Txn(ctx).
 		If(clientv3.Compare(clientv3.Version(ns), "<", 0)).

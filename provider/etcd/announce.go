@@ -85,7 +85,8 @@ func buildName() string {
 // startVersion announces the store and learns the namespace's active
 // version (bootstrapping an empty namespace at Latest), refusing one this
 // build cannot work at; then it follows the version and keeps the
-// announcement alive until Close.
+// announcement alive until Close. A read-only store only reads and follows
+// the version.
 func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 	s.version.announcement = announcementOf(cfg).Encode()
 	s.version.followed = make(chan struct{})
@@ -95,6 +96,9 @@ func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 		var c2 context.CancelFunc
 		ctx, c2 = context.WithTimeout(ctx, max(s.dialTimeout, announceTTL))
 		defer c2()
+	}
+	if s.readOnly {
+		return s.startReadOnly(ctx)
 	}
 	if err := s.bootstrapVersion(ctx); err != nil {
 		close(s.version.followed)
@@ -106,6 +110,27 @@ func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 		return err
 	}
 	go s.followVersion(rev)
+	return nil
+}
+
+// startReadOnly is startVersion of a read-only store: it reads the active
+// version (refusing one this build cannot work at) and follows it, and
+// neither bootstraps nor announces.
+func (s *Store) startReadOnly(ctx context.Context) error {
+	resp, err := s.kv.Get(ctx, s.keys.ActiveVersion())
+	if err != nil {
+		err = mapError(err, false)
+	} else {
+		err = s.learnVersion(firstKV((*pb.RangeResponse)(resp)))
+	}
+	if err != nil {
+		close(s.version.followed)
+		return err
+	}
+	go func() {
+		defer close(s.version.followed)
+		s.followWhileAnnounced(s.life, resp.Header.Revision, nil) // nil: never lost
+	}()
 	return nil
 }
 

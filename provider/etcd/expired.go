@@ -11,8 +11,13 @@ import (
 // after its expiry; until then each store judges it on its own clock. The
 // delete makes the expiry this store saw hold for every store, whatever
 // their clocks do (docs/deviations.md C18). A Txn whose compare fails
-// succeeded as far as the caller cares: the record it judged is gone.
+// succeeded as far as the caller cares: the record it judged is gone. A
+// read-only store deletes nothing: it answers as if the record were gone,
+// and leaves it to a writer's read or its lease.
 func (s *Store) dropExpired(ctx context.Context, key string, rev int64) error {
+	if s.readOnly {
+		return nil
+	}
 	t := &txn{}
 	t.cmp(modRevIs(key, rev))
 	t.del(key)

@@ -16,23 +16,41 @@ import (
 // ReadAuthority, Reserve and the rest are its methods.
 type contract = observe.Contract
 
-// work lists the methods that do each contract operation's work.
+// work lists the methods that do each contract operation's work; a
+// read-only store (Config.ReadOnly) refuses every write before its work
+// starts, whatever it would have written.
 func (s *Store) work() observe.Work {
 	return observe.Work{
-		ReadAuthority:            s.readAuthority,
-		CompareExchangeAuthority: s.compareExchangeAuthority,
-		ListAuthorities:          s.listAuthorities,
-		RemoveAllByOwner:         s.removeAllByOwner,
-		Reserve:                  s.reserve,
-		Commit:                   s.commitReservation,
-		CompleteCreation:         s.completeCreation,
-		ReadCreationTerminal:     s.readCreationTerminal,
-		Abort:                    s.abort,
-		PrepareAggregate:         s.prepareAggregate,
-		CommitAggregate:          s.commitPrepared,
-		AbortAggregate:           s.abortPrepared,
-		CapacityUsage:            s.capacityUsage,
-		WaitForChange:            s.waitForChange,
+		ReadAuthority: s.readAuthority,
+		CompareExchangeAuthority: func(ctx context.Context, key authority.Key, expected authority.StoreVersion, m authority.Mutation) (authority.CompareExchangeResult, error) {
+			if err := s.refuseWrite(); err != nil {
+				return authority.CompareExchangeResult{}, err
+			}
+			return s.compareExchangeAuthority(ctx, key, expected, m)
+		},
+		ListAuthorities:      s.listAuthorities,
+		RemoveAllByOwner:     writing(s, s.removeAllByOwner),
+		Reserve:              writing(s, s.reserve),
+		Commit:               writing(s, s.commitReservation),
+		CompleteCreation:     writing(s, s.completeCreation),
+		ReadCreationTerminal: s.readCreationTerminal,
+		Abort:                writing(s, s.abort),
+		PrepareAggregate:     writing(s, s.prepareAggregate),
+		CommitAggregate:      writing(s, s.commitPrepared),
+		AbortAggregate:       writing(s, s.abortPrepared),
+		CapacityUsage:        s.capacityUsage,
+		WaitForChange:        s.waitForChange,
+	}
+}
+
+// writing wraps a write operation's work so that a read-only store refuses
+// it before it starts.
+func writing[Req, Res any](s *Store, work func(context.Context, Req) (Res, error)) func(context.Context, Req) (Res, error) {
+	return func(ctx context.Context, req Req) (res Res, err error) {
+		if err = s.refuseWrite(); err != nil {
+			return res, err
+		}
+		return work(ctx, req)
 	}
 }
 
@@ -40,7 +58,9 @@ func (s *Store) work() observe.Work {
 // hold no capacity and returns how many (the work: pruneCapacityEpochs).
 func (s *Store) PruneCapacityEpochs(ctx context.Context) (n int, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpPruneEpochs)
-	n, err = s.pruneCapacityEpochs(ctx)
+	if err = s.refuseWrite(); err == nil {
+		n, err = s.pruneCapacityEpochs(ctx)
+	}
 	op.End("", err)
 	if err == nil {
 		s.obs.Logger().Info("pruned capacity epochs", "epochs", n)
@@ -52,7 +72,9 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (n int, err error) {
 // (the work: putNew).
 func (r RelocationStore) PutNew(ctx context.Context, data []byte, retention time.Duration) (res authority.BlobReceipt, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationPut)
-	res, err = r.putNew(ctx, data, retention)
+	if err = r.s.refuseWrite(); err == nil {
+		res, err = r.putNew(ctx, data, retention)
+	}
 	op.End("", err)
 	if err == nil {
 		r.s.obs.Metrics().RelocationBytes(len(data), true)
@@ -75,7 +97,9 @@ func (r RelocationStore) Read(ctx context.Context, ref authority.BlobReference) 
 // work: remove).
 func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference) (err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpRelocationDelete)
-	err = r.remove(ctx, ref)
+	if err = r.s.refuseWrite(); err == nil {
+		err = r.remove(ctx, ref)
+	}
 	op.End("", err)
 	return err
 }
@@ -87,7 +111,9 @@ func (r RelocationStore) Delete(ctx context.Context, ref authority.BlobReference
 // and RebindRows. Each Acquire is the owner's next lease generation.
 func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (l *OwnerLease, err error) {
 	ctx, op := r.s.obs.Start(ctx, observe.OpOwnerLeaseAcquire)
-	l, err = r.acquire(ctx, node, lifecycle, ownerID, ttl)
+	if err = r.s.refuseWrite(); err == nil {
+		l, err = r.acquire(ctx, node, lifecycle, ownerID, ttl)
+	}
 	op.End("", err)
 	return l, err
 }

@@ -33,6 +33,9 @@ func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lif
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
+	if err := s.refuseWrite(); err != nil {
+		return err
+	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	lease, err := s.client.Grant(rctx, int64(max(ttl, time.Second)/time.Second))
@@ -69,6 +72,9 @@ func (s *Store) putLiveness(ctx context.Context, key string, node authority.Node
 // key and revokes the lease MarkLive granted for it, if any.
 func (s *Store) MarkDead(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) error {
 	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if err := s.refuseWrite(); err != nil {
 		return err
 	}
 	key := s.keys.Liveness(node, lifecycle, owner)

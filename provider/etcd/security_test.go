@@ -279,6 +279,13 @@ func TestSecurityPasswordAuth(t *testing.T) {
 		_, err = dialStore(t, srv.Server, etcdstore.Config{Username: "reader", Password: "reader-password", Namespace: ns}, dialWithin)
 		require.ErrorIs(t, err, authority.ErrAccessDenied)
 		require.Contains(t, err.Error(), `etcd user "reader" lacks readwrite permission on the namespace prefix "/tenant-a/ns-3/"`)
+		// a read-only store needs no more than that role, and grants no lease
+		leasesBefore := leaseIDs(t, srv.root)
+		ro := mustDial(t, srv.Server, etcdstore.Config{Username: "reader", Password: "reader-password", Namespace: ns, ReadOnly: true})
+		page, err := ro.ListAuthorities(ctx, "", "", 10)
+		require.NoError(t, err)
+		require.Empty(t, page.Items)
+		require.Equal(t, leasesBefore, leaseIDs(t, srv.root), "a read-only store granted a lease")
 		resp, err := srv.root.Get(ctx, ns, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		require.NoError(t, err)
 		require.Zero(t, resp.Count, "nothing written in the namespace")

@@ -99,6 +99,17 @@ type Config struct {
 	// see storeversion.
 	SkipVersionCheck bool
 
+	// ReadOnly opens the store for reading only, for tools that inspect a
+	// namespace (authorityctl's read-only commands): New writes nothing
+	// (no announcement and its lease, no store-version bootstrap of an empty
+	// namespace; the access check asks for read permission only), the store
+	// works at the namespace's active version as it reads it (absent:
+	// storeversion.Base) and follows it, and every write (a row, a record, a
+	// lease grant, Finalize without dry run) is refused before it is sent,
+	// with an error wrapping ErrReadOnly and authority.ErrAccessDenied. A
+	// read-only store is invisible to `upgrade status` and to Finalize.
+	ReadOnly bool
+
 	// Role is what the process announces itself as under the namespace
 	// (default "store"; authorityctl announces "authorityctl").
 	Role string
@@ -169,6 +180,8 @@ type Store struct {
 	// version is the namespace's store version and this process's
 	// announcement (announce.go).
 	version versionGate
+	// readOnly refuses every write (Config.ReadOnly, readonly.go).
+	readOnly bool
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -224,6 +237,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.guard = newRegressionGuard(s.keys.Namespace())
 	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
+	if cfg.ReadOnly {
+		s.readOnly, s.kv = true, readOnlyKV{KV: s.kv, refused: s.readOnlyError()}
+	}
 	s.guard.watch(s.client.ActiveConnection())
 	s.guard.follow(s.client.Endpoints)
 	s.leases = newLeaseBuckets(s)

@@ -215,10 +215,16 @@ func (s *Store) UpgradeStatus(ctx context.Context) (UpgradeStatus, error) {
 }
 
 // Finalize moves the store's namespace to target (Finalize); the store
-// follows the new version at once.
+// follows the new version at once. A read-only store (Config.ReadOnly)
+// makes only dry runs.
 func (s *Store) Finalize(ctx context.Context, target storeversion.Version, dryRun bool) (FinalizeResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return FinalizeResult{}, err
+	}
+	if !dryRun {
+		if err := s.refuseWrite(); err != nil {
+			return FinalizeResult{}, err
+		}
 	}
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()

@@ -136,6 +136,12 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 		if err != nil {
 			return nodeUsage{}, 0, false, err
 		}
+		if epoch == 0 && len(kvs) > 0 && s.readOnly {
+			// a read-only store puts no epoch: the sum of the range is its
+			// answer (a read, fenced on nothing), with no watch started
+			u, err := s.sumUsage(ur.node, ur.lifecycle, kvs)
+			return u, 0, err == nil, err
+		}
 		if epoch == 0 && len(kvs) > 0 {
 			// entries without an epoch (written by a build before epochs):
 			// put it, then read again. A decision on an absent epoch is
