@@ -360,7 +360,9 @@ func (s *Store) Close() error {
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// a caller's client closed before the store ends the revokes at once:
+	// nothing can be sent on it (the leases expire by their TTL)
+	ctx, cancel := context.WithTimeout(s.client.Ctx(), 5*time.Second)
 	defer cancel()
 	s.held.close(ctx, s.client) // before the client closes: OwnerLease.Close promises a revoke
 	s.obs.Metrics().Close()     // its leases no longer count in the shared gauges
