@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 

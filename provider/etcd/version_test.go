@@ -9,7 +9,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
