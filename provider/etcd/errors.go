@@ -2,12 +2,15 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -111,3 +114,18 @@ func mapError(err error, write bool) error {
 	}
 	return fmt.Errorf("etcd: %w", err)
 }
+
+// connectFailure explains why a client could not reach an etcd endpoint,
+// which the client itself does not say (a request to an endpoint it cannot
+// connect to only ends with its context): preflight.ProbeEndpoint's finding,
+// or mapError(cause) when the probe finds nothing wrong.
+func connectFailure(ctx context.Context, endpoint string, tlsCfg *tls.Config, cause error) error {
+	if err := preflight.ProbeEndpoint(ctx, endpoint, tlsCfg); err != nil {
+		return err
+	}
+	return mapError(cause, false)
+}
+
+// itoa is the decimal text of n (figures in messages: an owner generation,
+// a revision, a count).
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
