@@ -17,6 +17,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/revguard"
 	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
@@ -141,8 +142,8 @@ type Store struct {
 	// (paging.go).
 	noStream atomic.Bool
 	// guard refuses every request once the cluster went back in time
-	// (regression.go).
-	guard *regressionGuard
+	// (internal/revguard).
+	guard *revguard.Guard
 	// obs records operations, Txns, owner leases and usage watches (nil:
 	// nothing is recorded).
 	obs *observe.Observer
@@ -212,10 +213,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.guard = newRegressionGuard(s.keys.Namespace())
-	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
-	s.guard.watch(s.client.ActiveConnection())
-	s.guard.follow(s.client.Endpoints)
+	s.guard = revguard.New(s.keys.Namespace(), func(err error) error { return mapError(err, false) })
+	s.kv = s.guard.KV(s.client.KV)
+	s.guard.Watch(s.client.ActiveConnection())
+	s.guard.Follow(s.client.Endpoints)
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
@@ -329,7 +330,7 @@ func (s *Store) Close() error {
 	}
 	s.batch.close()
 	s.usage.close()
-	s.guard.close()
+	s.guard.Close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}
