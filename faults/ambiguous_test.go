@@ -9,7 +9,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
-	"github.com/zlink-systems/authority/internal/etcdcluster"
+	"github.com/zlink-systems/authority/internal/testkit/etcdcluster"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 

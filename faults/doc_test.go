@@ -1,5 +1,5 @@
 // Package faults_test runs the authority store's etcd provider on a
-// 3-member etcd cluster of child processes (internal/etcdcluster) and
+// 3-member etcd cluster of child processes (internal/testkit/etcdcluster) and
 // injects faults: member crashes, leader kills, blackholed and lost replies,
 // expired owner leases, paused (SIGSTOP) leaders and owner processes,
 // compaction and defragmentation under listings and watches. Each test

@@ -16,8 +16,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/fencing"
-	"github.com/zlink-systems/authority/internal/etcdcluster"
-	"github.com/zlink-systems/authority/internal/pgtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdcluster"
+	"github.com/zlink-systems/authority/internal/testkit/pgtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/zlink-systems/authority/internal/etcdcluster"
+	"github.com/zlink-systems/authority/internal/testkit/etcdcluster"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zlink-systems/authority/internal/etcdcluster"
+	"github.com/zlink-systems/authority/internal/testkit/etcdcluster"
 )
 
 // nemesis injects faults into a cluster and counts them by kind.

@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	authority "github.com/zlink-systems/authority"
-	lin "github.com/zlink-systems/authority/internal/linearizability"
+	lin "github.com/zlink-systems/authority/internal/testkit/linearizability"
 )
 
 // recorder collects the operations of concurrent clients in real order and

@@ -16,8 +16,8 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
-	"github.com/zlink-systems/authority/internal/etcdcluster"
-	lin "github.com/zlink-systems/authority/internal/linearizability"
+	"github.com/zlink-systems/authority/internal/testkit/etcdcluster"
+	lin "github.com/zlink-systems/authority/internal/testkit/linearizability"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
-	lin "github.com/zlink-systems/authority/internal/linearizability"
+	lin "github.com/zlink-systems/authority/internal/testkit/linearizability"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
-	"github.com/zlink-systems/authority/internal/pgtest"
+	"github.com/zlink-systems/authority/internal/testkit/pgtest"
 	"go.uber.org/goleak"
 )
 

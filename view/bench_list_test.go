@@ -21,6 +21,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/view"
 )
 
@@ -37,8 +38,8 @@ func listRows() int {
 func startEmbedded(b *testing.B, dir string, fsync bool) (*embedded.Server, *clientv3.Client, *etcdstore.Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir, Fsync: fsync, MaxTxnOps: etcdstore.RecommendedMaxTxnOps,
-		MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes, QuotaBackendBytes: 8 << 30, AutoCompactionRetention: "1000h"})
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir, Fsync: fsync, MaxTxnOps: preflight.RecommendedMaxTxnOps,
+		MaxRequestBytes: preflight.RecommendedMaxRequestBytes, QuotaBackendBytes: 8 << 30, AutoCompactionRetention: "1000h"})
 	require.NoError(b, err)
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 10 * time.Second,
 		Logger: zap.NewNop(), MaxCallRecvMsgSize: 256 << 20})

@@ -11,26 +11,27 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
 // tlsConfig builds the TLS settings of the flags (nil: plain text) with the
-// provider's etcdstore.ClientTLS. Errors name the flag and file at fault.
+// provider's preflight.ClientTLS. Errors name the flag and file at fault.
 func (g *globals) tlsConfig() (*tls.Config, error) {
-	t, err := etcdstore.ClientTLS(g.cacert, g.cert, g.key)
-	var fe *etcdstore.TLSFileError
+	t, err := preflight.ClientTLS(g.cacert, g.cert, g.key)
+	var fe *preflight.TLSFileError
 	if err == nil || !errors.As(err, &fe) {
 		return t, err
 	}
-	flag := map[etcdstore.TLSFile]string{etcdstore.TLSFileCA: "--cacert", etcdstore.TLSFileCert: "--cert", etcdstore.TLSFileKey: "--key"}[fe.File]
+	flag := map[preflight.TLSFile]string{preflight.TLSFileCA: "--cacert", preflight.TLSFileCert: "--cert", preflight.TLSFileKey: "--key"}[fe.File]
 	switch fe.Problem {
-	case etcdstore.TLSNoCertificate:
+	case preflight.TLSNoCertificate:
 		return nil, fmt.Errorf("TLS: %s file %q holds no PEM certificate", flag, fe.Path)
-	case etcdstore.TLSNotAKeyPair:
+	case preflight.TLSNotAKeyPair:
 		return nil, fmt.Errorf("TLS: --cert %q and --key %q are not a usable key pair: %w", g.cert, g.key, fe.Err)
-	case etcdstore.TLSUnreadable:
+	case preflight.TLSUnreadable:
 		return nil, fmt.Errorf("TLS: cannot read %s file %q: %w", flag, fe.Path, fe.Err)
 	}
 	return nil, fmt.Errorf("TLS: %s: %w", flag, err)
@@ -126,7 +127,7 @@ func (g *globals) connectFailure(ctx context.Context, statuses []endpointStatus,
 		if s.err == nil && s.status != nil {
 			continue
 		}
-		if perr := etcdstore.ProbeEndpoint(ctx, s.endpoint, t); perr != nil {
+		if perr := preflight.ProbeEndpoint(ctx, s.endpoint, t); perr != nil {
 			return connectError(perr)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/zlink-systems/authority/coordinator"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -91,7 +92,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	// the production limits the README asks for (and doctor checks); the
 	// server's own log stays quiet: Start's error names what went wrong
 	server, err := embedded.Start(sctx, embedded.Config{Dir: o.dataDir, ClientAddr: o.clientAddr, Fsync: o.fsync, LogOutput: io.Discard,
-		MaxTxnOps: etcdstore.RecommendedMaxTxnOps, MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes})
+		MaxTxnOps: preflight.RecommendedMaxTxnOps, MaxRequestBytes: preflight.RecommendedMaxRequestBytes})
 	cancel()
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -63,7 +64,7 @@ func (d *doctorView) add(check, status, format string, args ...any) {
 // Doctor limit profiles: what --max-txn-ops and --max-request-bytes default
 // to.
 var doctorProfiles = map[string]struct{ maxTxnOps, maxRequestBytes int }{
-	"production":    {etcdstore.RecommendedMaxTxnOps, etcdstore.RecommendedMaxRequestBytes},
+	"production":    {preflight.RecommendedMaxTxnOps, preflight.RecommendedMaxRequestBytes},
 	"etcd-defaults": {etcdstore.DefaultMaxTxnOps, etcdstore.DefaultMaxRequestBytes},
 }
 
@@ -112,9 +113,9 @@ Exits 1 when a check fails.`,
 		},
 	}
 	cmd.Flags().StringVar(&profile, "profile", "production", "limits to check: production (1024 ops, 4 MiB) or etcd-defaults (128 ops, 1.5 MiB)")
-	cmd.Flags().IntVar(&maxTxnOps, "max-txn-ops", etcdstore.RecommendedMaxTxnOps,
+	cmd.Flags().IntVar(&maxTxnOps, "max-txn-ops", preflight.RecommendedMaxTxnOps,
 		fmt.Sprintf("the provider's MaxTxnOps to verify (%d..%d; default: that of --profile)", minProbeTxnOps, maxProbeTxnOps))
-	cmd.Flags().IntVar(&maxRequestBytes, "max-request-bytes", etcdstore.RecommendedMaxRequestBytes,
+	cmd.Flags().IntVar(&maxRequestBytes, "max-request-bytes", preflight.RecommendedMaxRequestBytes,
 		fmt.Sprintf("the provider's MaxRequestBytes to verify (%d..%d; default: that of --profile)", minProbeRequestBytes, maxProbeRequestBytes))
 	cmd.Flags().BoolVar(&noProbe, "no-probe", false, "skip the probes of the limits")
 	return cmd
@@ -190,7 +191,7 @@ func doctorLeaseCheckpoint(d *doctorView) {
 	}
 	for _, v := range versions {
 		var args []string
-		for _, r := range etcdstore.LeaseCheckpointRequirements(v) {
+		for _, r := range preflight.LeaseCheckpointRequirements(v) {
 			args = append(args, r.Arg())
 		}
 		name := "etcd " + v
@@ -236,8 +237,8 @@ func doctorMembers(ctx context.Context, c *clientv3.Client, statuses []endpointS
 		switch {
 		case len(st.Errors) > 0:
 			status, detail = checkFail, "errors: "+strings.Join(st.Errors, "; ")
-		case !etcdstore.ServerVersionAtLeast(st.Version, etcdstore.MinServerVersion):
-			status, detail = checkFail, fmt.Sprintf("etcd %s is older than the provider's minimum %s", st.Version, etcdstore.MinServerVersion)
+		case !preflight.ServerVersionAtLeast(st.Version, preflight.MinServerVersion):
+			status, detail = checkFail, fmt.Sprintf("etcd %s is older than the provider's minimum %s", st.Version, preflight.MinServerVersion)
 		case st.Leader == 0:
 			status, detail = checkFail, "member has no leader"
 		}

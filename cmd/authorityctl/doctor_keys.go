@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -54,7 +54,7 @@ func doctorServerWarnings(d *doctorView) {
 			continue
 		}
 		warned[m.Version] = true
-		if w := etcdstore.ServerVersionWarning(m.Version); w != "" {
+		if w := preflight.ServerVersionWarning(m.Version); w != "" {
 			d.add("server version", checkWarn, "%s (%s)", w, m.Endpoint)
 		}
 	}

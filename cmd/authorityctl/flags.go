@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 )
 
 // The accepted ranges of the numeric flags. Every numeric flag is checked
@@ -105,5 +105,5 @@ func buildVersion() versionView {
 			}
 		}
 	}
-	return versionView{Version: version, Revision: revision, Go: runtime.Version(), EtcdClient: etcdClient, MinServer: etcdstore.MinServerVersion}
+	return versionView{Version: version, Revision: revision, Go: runtime.Version(), EtcdClient: etcdClient, MinServer: preflight.MinServerVersion}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -46,7 +47,7 @@ func (r mainRunner) run() (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// production limits, as the README asks and doctor checks by default
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir, MaxTxnOps: etcdstore.RecommendedMaxTxnOps, MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes})
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir, MaxTxnOps: preflight.RecommendedMaxTxnOps, MaxRequestBytes: preflight.RecommendedMaxRequestBytes})
 	if err != nil {
 		return 0, err
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"github.com/zlink-systems/authority/internal/etcdtest"
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

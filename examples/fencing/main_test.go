@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/zlink-systems/authority/internal/pgtest"
+	"github.com/zlink-systems/authority/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -3,7 +3,7 @@
 // data directory of the caller's choice or a temporary one, with quiet
 // logging and the server limits the authority store's etcd provider needs.
 // Its Member is the one builder of embedded etcd configurations in this
-// module, also used by internal/etcdtest and internal/etcdcluster.
+// module, also used by internal/testkit/etcdtest and internal/testkit/etcdcluster.
 package embedded
 
 import (

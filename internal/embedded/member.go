@@ -12,8 +12,8 @@ import (
 
 // Member describes one embedded etcd member. Its Config method is the one
 // builder of embedded etcd configurations in this module: Start, the test
-// servers of internal/etcdtest and the member processes of
-// internal/etcdcluster all use it, so they share the defaults below and the
+// servers of internal/testkit/etcdtest and the member processes of
+// internal/testkit/etcdcluster all use it, so they share the defaults below and the
 // quiet logger. A zero field takes its default.
 type Member struct {
 	// Name is the member's name (required).

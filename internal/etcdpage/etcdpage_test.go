@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/zlink-systems/authority/internal/etcdpage"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/zlink-systems/authority/internal/etcdpage"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

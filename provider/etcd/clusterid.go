@@ -19,7 +19,7 @@ import (
 // It reads the namespace once (serializably) when the store has not yet had
 // a response.
 func (s *Store) ClusterID(ctx context.Context) (string, error) {
-	if id := s.guard.cluster.Load(); id != 0 {
+	if id := s.guard.ClusterID(); id != 0 {
 		return fmt.Sprintf("%x", id), nil
 	}
 	ctx, cancel := s.requestContext(ctx)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -58,7 +58,7 @@ func TestComposeFileMatchesServerRequirements(t *testing.T) {
 			k, v, _ := strings.Cut(arg, "=")
 			flags[k] = v
 		}
-		for _, req := range etcdstore.ServerRequirements {
+		for _, req := range preflight.ServerRequirements {
 			if err := req.Check(flags[req.Flag]); err != nil {
 				t.Errorf("%s: %s: %v (%s)", name, req.Flag, err, req.Why)
 			}
@@ -92,7 +92,7 @@ func TestServerRequirementChecks(t *testing.T) {
 		"--auto-compaction-retention": "1h",
 		"--feature-gates":             "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
 	}
-	for _, req := range etcdstore.ServerRequirements {
+	for _, req := range preflight.ServerRequirements {
 		if err := req.Check(bad[req.Flag]); err == nil {
 			t.Errorf("%s accepted %q", req.Flag, bad[req.Flag])
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 )
 
 // TestDetachedContextIsBounded: work that outlives its caller (a shared

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // envExpectRefusal, when set, says the cluster under test is older than
-// MinServerVersion (.ci/run sets it after comparing versions):
+// preflight.MinServerVersion (.ci/run sets it after comparing versions):
 // TestDialWithEnvironmentSettings then checks the refusal instead.
 const envExpectRefusal = "AUTHORITY_ETCD_EXPECT_REFUSAL"
 
@@ -38,7 +39,7 @@ func TestDialWithEnvironmentSettings(t *testing.T) {
 	if os.Getenv(envExpectRefusal) != "" {
 		// the cluster is known to be too old: the store must refuse it
 		require.ErrorIs(t, err, authority.ErrUnsupportedServer)
-		require.ErrorContains(t, err, "minimum supported version "+etcdstore.MinServerVersion)
+		require.ErrorContains(t, err, "minimum supported version "+preflight.MinServerVersion)
 		t.Logf("refused as expected: %v", err)
 		return
 	}

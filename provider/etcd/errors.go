@@ -2,16 +2,39 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/provider/etcd/internal/revguard"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// ErrClusterRegressed reports that the etcd cluster behind the store went
+// back in time or is another cluster: a response carried a revision lower
+// than one the store had already seen before sending the request, or a
+// cluster ID other than the one of its first response. Both happen when the
+// cluster is restored from a snapshot without `etcdutl snapshot restore
+// --bump-revision … --mark-compacted` (revisions go back, so a StoreVersion
+// read before the restore can name another row state afterwards), or with a
+// new --initial-cluster-token (a new cluster ID; see the README's "Backup and
+// restore"), or when the endpoints now reach a different cluster.
+//
+// From then on the store refuses every request (errors wrapping both
+// ErrClusterRegressed and authority.ErrUnavailable, nothing sent) and ends
+// the keep-alive of every owner lease it granted (Done closes), until the
+// caller closes it and opens a new store. The request whose response showed
+// the regression is answered with ErrClusterRegressed too: wrapping
+// authority.ErrOutcomeUnknown when it was a write (it may have been applied
+// in the restored cluster), authority.ErrUnavailable when it was a read.
+var ErrClusterRegressed = revguard.ErrClusterRegressed
 
 // Flags named by ErrLimitExceeded errors.
 const (
@@ -35,8 +58,11 @@ func mapError(err error, write bool) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, ErrClusterRegressed) { // already classified (regression.go)
+	if errors.Is(err, ErrClusterRegressed) || errors.Is(err, ErrReadOnly) { // already classified (internal/revguard, readOnlyKV)
 		return err
+	}
+	if typed, ok := revguard.Typed(err); ok {
+		return typed // typed by the regression guard
 	}
 	unknownOr := func(msg string) error {
 		if write {
@@ -44,10 +70,7 @@ func mapError(err error, write bool) error {
 		}
 		return authority.Wrap(authority.ErrUnavailable, "etcd read "+msg, err)
 	}
-	var ge guardError
 	switch {
-	case errors.As(err, &ge):
-		return ge.error // typed by the regression guard
 	case errors.Is(err, ErrClusterRegressed):
 		return err // typed by the regression guard
 	case errors.Is(err, rpctypes.ErrTooManyOps):
@@ -111,3 +134,18 @@ func mapError(err error, write bool) error {
 	}
 	return fmt.Errorf("etcd: %w", err)
 }
+
+// connectFailure explains why a client could not reach an etcd endpoint,
+// which the client itself does not say (a request to an endpoint it cannot
+// connect to only ends with its context): preflight.ProbeEndpoint's finding,
+// or mapError(cause) when the probe finds nothing wrong.
+func connectFailure(ctx context.Context, endpoint string, tlsCfg *tls.Config, cause error) error {
+	if err := preflight.ProbeEndpoint(ctx, endpoint, tlsCfg); err != nil {
+		return err
+	}
+	return mapError(cause, false)
+}
+
+// itoa is the decimal text of n (figures in messages: an owner generation,
+// a revision, a count).
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -128,11 +129,11 @@ func ProgressNotifyReliable(v string) bool {
 	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
 	switch {
 	case strings.HasPrefix(v, "3.4."):
-		return ServerVersionAtLeast(v, RecommendedServer34)
+		return preflight.ServerVersionAtLeast(v, preflight.RecommendedServer34)
 	case strings.HasPrefix(v, "3.5."):
-		return ServerVersionAtLeast(v, RecommendedServer35)
+		return preflight.ServerVersionAtLeast(v, preflight.RecommendedServer35)
 	}
-	return ServerVersionAtLeast(v, "3.6.0")
+	return preflight.ServerVersionAtLeast(v, "3.6.0")
 }
 
 // etcdFeed is an open feed of an etcd store.

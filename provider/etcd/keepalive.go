@@ -37,7 +37,7 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 		case <-ctx.Done():
 			timer.Stop()
 			return
-		case <-l.r.s.guard.regressed():
+		case <-l.r.s.guard.Regressed():
 			timer.Stop()
 			return // the cluster went back in time: the lease may name another state
 		case <-timer.C:
@@ -49,7 +49,7 @@ func (l *OwnerLease) keepAlive(ctx context.Context, ttl time.Duration) {
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		resp, err := c.KeepAliveOnce(rctx, l.lease)
 		cancel()
-		if err == nil && l.r.s.guard.observeCluster(resp.ResponseHeader) != nil {
+		if err == nil && l.r.s.guard.ObserveCluster(resp.ResponseHeader) != nil {
 			return // another cluster answered (restored with a new token)
 		}
 		switch {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"

@@ -10,6 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// prefixEnd returns the end of the range of keys starting with prefix.
+func prefixEnd(prefix string) string { return clientv3.GetPrefixRangeEnd(prefix) }
+
 // readPage reads up to limit keys of [from, end) at rev (0: now) for a
 // listing page; floor is the prefix every key of the range shares (from is
 // floor on a first page, else just past the cursor's key).

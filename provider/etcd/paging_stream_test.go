@@ -12,6 +12,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -99,7 +100,7 @@ func listThroughSpy(t *testing.T, old bool, rows, limit int) (keys []authority.K
 func TestListingPagesAreStreamed(t *testing.T) {
 	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
 	require.NoError(t, err)
-	if !etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+	if !preflight.ServerVersionAtLeast(st.Version, "3.7.0") {
 		t.Skipf("etcd %s has no RangeStream (3.7): TestListingWithoutRangeStream covers it", st.Version)
 	}
 	keys, pages, _, streams, toEnd := listThroughSpy(t, false, 20, 5)

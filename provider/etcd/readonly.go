@@ -33,27 +33,27 @@ func (s *Store) refuseWrite() error {
 
 // readOnlyKV is the KV of a read-only store: it passes reads (and Txns of
 // reads only) and refuses every request that could change a key before it
-// is sent. Its errors pass mapError unchanged (guardError).
+// is sent. Its errors pass mapError unchanged (they wrap ErrReadOnly).
 type readOnlyKV struct {
 	clientv3.KV
 	refused error
 }
 
 func (k readOnlyKV) Put(context.Context, string, string, ...clientv3.OpOption) (*clientv3.PutResponse, error) {
-	return nil, guardError{k.refused}
+	return nil, k.refused
 }
 
 func (k readOnlyKV) Delete(context.Context, string, ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	return nil, guardError{k.refused}
+	return nil, k.refused
 }
 
 func (k readOnlyKV) Compact(context.Context, int64, ...clientv3.CompactOption) (*clientv3.CompactResponse, error) {
-	return nil, guardError{k.refused}
+	return nil, k.refused
 }
 
 func (k readOnlyKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
 	if !op.IsGet() {
-		return clientv3.OpResponse{}, guardError{k.refused}
+		return clientv3.OpResponse{}, k.refused
 	}
 	return k.KV.Do(ctx, op)
 }
@@ -85,7 +85,17 @@ func (t *readOnlyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 
 func (t *readOnlyTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.write {
-		return nil, guardError{t.refused}
+		return nil, t.refused
 	}
 	return t.txn.Commit()
+}
+
+// writes tells whether ops hold anything but a read.
+func writes(ops []clientv3.Op) bool {
+	for _, op := range ops {
+		if !op.IsGet() {
+			return true
+		}
+	}
+	return false
 }

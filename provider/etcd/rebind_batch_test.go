@@ -14,6 +14,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -87,7 +88,7 @@ func TestRebindRowsMovesManyRowsATxn(t *testing.T) {
 
 	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
 	require.NoError(t, err)
-	if etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+	if preflight.ServerVersionAtLeast(st.Version, "3.7.0") {
 		end := clientv3.GetPrefixRangeEnd(schema.OwnerIndexPrefix(s.Namespace(), first.Token()))
 		spy.mu.Lock()
 		defer spy.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -80,7 +81,7 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 	// a server without RangeStream reads a page in windows, several reads
 	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
 	require.NoError(t, err)
-	if etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+	if preflight.ServerVersionAtLeast(st.Version, "3.7.0") {
 		require.Len(t, index, 4, "one index read a page: %q", index)
 	}
 	atPrefix := 0
@@ -91,7 +92,7 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 		}
 		require.Greater(t, k, index[i-1], "read %d goes back", i)
 	}
-	if etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+	if preflight.ServerVersionAtLeast(st.Version, "3.7.0") {
 		require.Equal(t, 2, atPrefix, "index reads starting at the owner's prefix: %q", index)
 	} else {
 		// the windowed fallback also reads the first page's revision at the
@@ -108,7 +109,7 @@ func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
 func TestRemoveAllByOwnerStreamsItsIndex(t *testing.T) {
 	st, err := shared.Status(context.Background(), shared.Endpoints()[0])
 	require.NoError(t, err)
-	if !etcdstore.ServerVersionAtLeast(st.Version, "3.7.0") {
+	if !preflight.ServerVersionAtLeast(st.Version, "3.7.0") {
 		t.Skipf("etcd %s has no RangeStream (3.7): its index pages are read in windows", st.Version)
 	}
 	c := server.Client(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/zlink-systems/authority/internal/embedded"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -192,8 +193,8 @@ func (ss *scaleServer) start(fsync bool) {
 	t := ss.t
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: ss.dir, Fsync: fsync, MaxTxnOps: etcdstore.RecommendedMaxTxnOps,
-		MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes, QuotaBackendBytes: 8 << 30, AutoCompactionRetention: "1000h"})
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: ss.dir, Fsync: fsync, MaxTxnOps: preflight.RecommendedMaxTxnOps,
+		MaxRequestBytes: preflight.RecommendedMaxRequestBytes, QuotaBackendBytes: 8 << 30, AutoCompactionRetention: "1000h"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func (ss *scaleServer) start(fsync bool) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	ss.c, err = clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-		MaxCallRecvMsgSize: 256 << 20, MaxCallSendMsgSize: etcdstore.RecommendedMaxRequestBytes + 1<<20, DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
+		MaxCallRecvMsgSize: 256 << 20, MaxCallSendMsgSize: preflight.RecommendedMaxRequestBytes + 1<<20, DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func (ss *scaleServer) stop() {
 func (ss *scaleServer) store() *etcdstore.Store {
 	// the store's limits are the server's, as the README configures them
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: ss.c, Namespace: scaleNS,
-		MaxTxnOps: etcdstore.RecommendedMaxTxnOps, MaxRequestBytes: etcdstore.RecommendedMaxRequestBytes})
+		MaxTxnOps: preflight.RecommendedMaxTxnOps, MaxRequestBytes: preflight.RecommendedMaxRequestBytes})
 	if err != nil {
 		ss.t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/etcdtest"
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 )
 
 // TestConnectFailureNamesTheCause checks the probe that explains why a

@@ -17,13 +17,15 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/revguard"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // Default limits, matching etcd's server defaults.
 const (
 	// DefaultMaxTxnOps is etcd's default --max-txn-ops.
-	DefaultMaxTxnOps = 128
+	DefaultMaxTxnOps = preflight.DefaultMaxTxnOps
 	// DefaultMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB).
 	DefaultMaxRequestBytes = 1536 * 1024
 	// DefaultReservationRetention is how long a reservation terminal or a
@@ -31,14 +33,8 @@ const (
 	DefaultReservationRetention = 24 * time.Hour
 )
 
-// MinServerVersion is the oldest etcd server New accepts (older ones get an
-// error wrapping authority.ErrUnsupportedServer). Verified: the whole etcd
-// test suite and the coordinator's scenarios pass against the servers of
-// .ci/etcd-versions (Debian's 3.4.23, 3.5.36, and 3.6.17 as a 3-member TLS +
-// authentication cluster) and an embedded 3.7.3 (every test run). 3.4 and 3.5
-// releases before RecommendedServer34 / RecommendedServer35 are accepted with
-// a warning (Store.ServerWarning): they have known watch and lease bugs.
-const MinServerVersion = "3.4.0"
+// DefaultNamespace is the namespace of a Config that names none.
+const DefaultNamespace = "/zlink/authority/v1/"
 
 // Config configures New. Either Client or Endpoints must be set.
 type Config struct {
@@ -159,8 +155,8 @@ type Store struct {
 	// (paging.go).
 	noStream atomic.Bool
 	// guard refuses every request once the cluster went back in time
-	// (regression.go).
-	guard *regressionGuard
+	// (internal/revguard).
+	guard *revguard.Guard
 	// obs records operations, Txns, owner leases and usage watches (nil:
 	// nothing is recorded).
 	obs *observe.Observer
@@ -175,7 +171,7 @@ type Store struct {
 	// (WaitForChange, owner lease keep-alives) end with it.
 	life    context.Context
 	endLife context.CancelFunc
-	// serverWarning is ServerVersionWarning of the server New checked.
+	// serverWarning is preflight.ServerVersionWarning of the server New checked.
 	serverWarning string
 	// version is the namespace's store version and this process's
 	// announcement (announce.go).
@@ -235,13 +231,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.ownsClient, s.tlsConfig = c, true, tlsConfig
 	}
-	s.guard = newRegressionGuard(s.keys.Namespace())
-	s.kv = guardedKV{kv: s.client.KV, g: s.guard}
+	s.guard = revguard.New(s.keys.Namespace(), func(err error) error { return mapError(err, false) })
+	s.kv = s.guard.KV(s.client.KV)
 	if cfg.ReadOnly {
 		s.readOnly, s.kv = true, readOnlyKV{KV: s.kv, refused: s.readOnlyError()}
 	}
-	s.guard.watch(s.client.ActiveConnection())
-	s.guard.follow(s.client.Endpoints)
+	s.guard.Watch(s.client.ActiveConnection())
+	s.guard.Follow(s.client.Endpoints)
 	s.leases = newLeaseBuckets(s)
 	s.usage = newUsageWatches(s)
 	switch {
@@ -285,7 +281,7 @@ func dial(cfg Config) (*clientv3.Client, *tls.Config, error) {
 	if cc.DialTimeout == 0 {
 		cc.DialTimeout = 5 * time.Second
 	}
-	t, err := ClientTLS(cfg.CAFile, cfg.CertFile, cfg.KeyFile)
+	t, err := preflight.ClientTLS(cfg.CAFile, cfg.CertFile, cfg.KeyFile)
 	if err != nil {
 		return nil, nil, authority.Wrap(authority.ErrInvalidArgument, "etcd client TLS", err)
 	}
@@ -297,7 +293,7 @@ func dial(cfg Config) (*clientv3.Client, *tls.Config, error) {
 	return c, cc.TLS, nil
 }
 
-// checkServer refuses servers older than MinServerVersion. It asks the
+// checkServer refuses servers older than preflight.MinServerVersion. It asks the
 // first endpoint: the members of a cluster run one version outside upgrades.
 func (s *Store) checkServer(ctx context.Context) error {
 	eps := s.client.Endpoints()
@@ -320,25 +316,25 @@ func (s *Store) checkServer(ctx context.Context) error {
 		}
 		return connectFailure(ctx, eps[0], s.tlsConfig, err)
 	}
-	s.serverWarning = ServerVersionWarning(st.Version)
+	s.serverWarning = preflight.ServerVersionWarning(st.Version)
 	return checkServerVersion(eps[0], st.Version)
 }
 
-// ServerWarning returns ServerVersionWarning of the server New checked (""
+// ServerWarning returns preflight.ServerVersionWarning of the server New checked (""
 // when its version has no known bug, or with SkipVersionCheck). New accepts
 // such a server: log the warning, or refuse it yourself.
 func (s *Store) ServerWarning() string { return s.serverWarning }
 
 // checkServerVersion refuses the version reported by the server at endpoint
-// if it is older than MinServerVersion (or missing).
+// if it is older than preflight.MinServerVersion (or missing).
 func checkServerVersion(endpoint, version string) error {
-	if version == "" || !ServerVersionAtLeast(version, MinServerVersion) {
+	if version == "" || !preflight.ServerVersionAtLeast(version, preflight.MinServerVersion) {
 		if version == "" {
 			version = "of unknown version"
 		}
 		return authority.Wrap(authority.ErrUnsupportedServer, fmt.Sprintf(
 			"etcd server %s at %s is older than the minimum supported version %s; upgrade it (or set Config.SkipVersionCheck at your own risk)",
-			version, endpoint, MinServerVersion), nil)
+			version, endpoint, preflight.MinServerVersion), nil)
 	}
 	return nil
 }
@@ -355,7 +351,7 @@ func (s *Store) Close() error {
 	}
 	s.batch.close()
 	s.usage.close()
-	s.guard.close()
+	s.guard.Close()
 	s.mu.Lock()
 	marks := s.marks
 	s.marks = map[string]clientv3.LeaseID{}

@@ -445,7 +445,7 @@ func (ws *usageWatches) measureLag() {
 	if m == nil {
 		return
 	}
-	newest, lag := ws.s.guard.floor(), int64(0)
+	newest, lag := ws.s.guard.Floor(), int64(0)
 	for _, w := range ws.m {
 		lag = max(lag, newest-w.progress)
 	}

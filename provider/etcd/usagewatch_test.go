@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
@@ -75,7 +76,7 @@ func TestNewRefusesTooOldServer(t *testing.T) {
 			if !errors.Is(err, authority.ErrUnsupportedServer) {
 				t.Fatalf("got %v, want ErrUnsupportedServer", err)
 			}
-			for _, want := range []string{v, ep, "minimum supported version " + etcdstore.MinServerVersion} {
+			for _, want := range []string{v, ep, "minimum supported version " + preflight.MinServerVersion} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not name %q", err, want)
 				}
@@ -85,7 +86,7 @@ func TestNewRefusesTooOldServer(t *testing.T) {
 }
 
 func TestNewAcceptsMinimumServer(t *testing.T) {
-	for _, v := range []string{etcdstore.MinServerVersion, "3.4.23"} {
+	for _, v := range []string{preflight.MinServerVersion, "3.4.23"} {
 		ep := fakeServer(t, v)
 		s, err := newOnFake(t, etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
 		if err != nil {
@@ -110,4 +111,21 @@ func newOnFake(t *testing.T, cfg etcdstore.Config) (*etcdstore.Store, error) {
 	cfg.Namespace = etcdtest.Namespace()
 	t.Cleanup(func() { _, _ = shared.Delete(context.Background(), cfg.Namespace, clientv3.WithPrefix()) })
 	return etcdstore.New(context.Background(), cfg)
+}
+
+// TestStoreServerWarning: New accepts a server with known bugs and reports
+// the warning; a fixed server has none.
+func TestStoreServerWarning(t *testing.T) {
+	for v, want := range map[string]string{"3.4.23": "fixed in " + preflight.RecommendedServer34, "3.5.36": ""} {
+		ep := fakeServer(t, v)
+		s, err := newOnFake(t, etcdstore.Config{Endpoints: []string{ep}, RequestTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("etcd %s refused: %v", v, err)
+		}
+		got := s.ServerWarning()
+		_ = s.Close()
+		if want == "" && got != "" || want != "" && !strings.Contains(got, want) {
+			t.Errorf("etcd %s: ServerWarning() = %q, want %q", v, got, want)
+		}
+	}
 }

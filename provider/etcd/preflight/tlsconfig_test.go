@@ -1,4 +1,4 @@
-package etcd_test
+package preflight_test
 
 import (
 	"context"
@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	authority "github.com/zlink-systems/authority"
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 )
 
 // TestClientTLSNamesTheFileAtFault checks ClientTLS's result for usable files
@@ -24,29 +25,29 @@ func TestClientTLSNamesTheFileAtFault(t *testing.T) {
 	}
 	missing := filepath.Join(dir, "missing.pem")
 
-	if c, err := etcdstore.ClientTLS("", "", ""); c != nil || err != nil {
+	if c, err := preflight.ClientTLS("", "", ""); c != nil || err != nil {
 		t.Fatalf("no files: %v, %v; want plain text", c, err)
 	}
-	c, err := etcdstore.ClientTLS(certs.CA.CertFile, certs.Client.CertFile, certs.Client.KeyFile)
+	c, err := preflight.ClientTLS(certs.CA.CertFile, certs.Client.CertFile, certs.Client.KeyFile)
 	if err != nil || c.RootCAs == nil || len(c.Certificates) != 1 {
 		t.Fatalf("usable files: %+v, %v", c, err)
 	}
 	for _, tc := range []struct {
 		name          string
 		ca, cert, key string
-		file          etcdstore.TLSFile
-		problem       etcdstore.TLSProblem
+		file          preflight.TLSFile
+		problem       preflight.TLSProblem
 	}{
-		{"MissingCA", missing, "", "", etcdstore.TLSFileCA, etcdstore.TLSUnreadable},
-		{"CAWithoutCertificate", garbage, "", "", etcdstore.TLSFileCA, etcdstore.TLSNoCertificate},
-		{"MissingCert", "", missing, certs.Client.KeyFile, etcdstore.TLSFileCert, etcdstore.TLSUnreadable},
-		{"MissingKey", "", certs.Client.CertFile, missing, etcdstore.TLSFileKey, etcdstore.TLSUnreadable},
-		{"NotAKeyPair", "", certs.Client.CertFile, certs.OtherClient.KeyFile, etcdstore.TLSFileCert, etcdstore.TLSNotAKeyPair},
-		{"KeyWithoutCert", certs.CA.CertFile, "", certs.Client.KeyFile, etcdstore.TLSFileKey, etcdstore.TLSKeyWithoutCert},
+		{"MissingCA", missing, "", "", preflight.TLSFileCA, preflight.TLSUnreadable},
+		{"CAWithoutCertificate", garbage, "", "", preflight.TLSFileCA, preflight.TLSNoCertificate},
+		{"MissingCert", "", missing, certs.Client.KeyFile, preflight.TLSFileCert, preflight.TLSUnreadable},
+		{"MissingKey", "", certs.Client.CertFile, missing, preflight.TLSFileKey, preflight.TLSUnreadable},
+		{"NotAKeyPair", "", certs.Client.CertFile, certs.OtherClient.KeyFile, preflight.TLSFileCert, preflight.TLSNotAKeyPair},
+		{"KeyWithoutCert", certs.CA.CertFile, "", certs.Client.KeyFile, preflight.TLSFileKey, preflight.TLSKeyWithoutCert},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := etcdstore.ClientTLS(tc.ca, tc.cert, tc.key)
-			var fe *etcdstore.TLSFileError
+			_, err := preflight.ClientTLS(tc.ca, tc.cert, tc.key)
+			var fe *preflight.TLSFileError
 			if !errors.As(err, &fe) || fe.File != tc.file || fe.Problem != tc.problem {
 				t.Fatalf("ClientTLS: %v; want %s file %s", err, tc.file, tc.problem)
 			}

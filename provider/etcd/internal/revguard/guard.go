@@ -1,4 +1,10 @@
-package etcd
+// Package revguard is the etcd store's revision-regression guard: it checks
+// the header of every KV response for a revision going back or a cluster ID
+// changing (a cluster restored from a snapshot, or another cluster behind the
+// endpoints), and from the first regression on refuses every request. The
+// store's KV is Guard.KV of its client's; see etcd.ErrClusterRegressed for
+// what callers see.
+package revguard
 
 import (
 	"context"
@@ -15,26 +21,12 @@ import (
 	"google.golang.org/grpc/connectivity"
 )
 
-// ErrClusterRegressed reports that the etcd cluster behind the store went
-// back in time or is another cluster: a response carried a revision lower
-// than one the store had already seen before sending the request, or a
-// cluster ID other than the one of its first response. Both happen when the
-// cluster is restored from a snapshot without `etcdutl snapshot restore
-// --bump-revision … --mark-compacted` (revisions go back, so a StoreVersion
-// read before the restore can name another row state afterwards), or with a
-// new --initial-cluster-token (a new cluster ID; see the README's "Backup and
-// restore"), or when the endpoints now reach a different cluster.
-//
-// From then on the store refuses every request (errors wrapping both
-// ErrClusterRegressed and authority.ErrUnavailable, nothing sent) and ends
-// the keep-alive of every owner lease it granted (Done closes), until the
-// caller closes it and opens a new store. The request whose response showed
-// the regression is answered with ErrClusterRegressed too: wrapping
-// authority.ErrOutcomeUnknown when it was a write (it may have been applied
-// in the restored cluster), authority.ErrUnavailable when it was a read.
+// ErrClusterRegressed is what every error of the guard wraps: the cluster
+// went back in time or is another cluster. The store exports it as
+// etcd.ErrClusterRegressed, which documents what callers see.
 var ErrClusterRegressed = errors.New("etcd: the cluster's revision went back or its cluster ID changed (restored from a snapshot?)")
 
-// regressionGuard watches the header of every KV response for a revision
+// Guard watches the header of every KV response for a revision
 // going back or a cluster ID changing. Its cost is two atomic loads before
 // and a compare (and rarely a compare-and-swap) after each request.
 //
@@ -43,7 +35,7 @@ var ErrClusterRegressed = errors.New("etcd: the cluster's revision went back or 
 // it was sent: the check compares with the highest revision seen when the
 // request was sent (its floor), not when its response arrives, since a read
 // answered just before a concurrent write may arrive after it.
-type regressionGuard struct {
+type Guard struct {
 	maxRev  atomic.Int64
 	cluster atomic.Uint64 // 0: none seen yet
 	once    sync.Once
@@ -66,24 +58,28 @@ type regressionGuard struct {
 	endpoints     func() []string
 	lastEndpoints atomic.Pointer[string]
 	probeKey      string
+	mapRead       func(error) error
 	stop          context.CancelFunc
 	wg            sync.WaitGroup
 }
 
-func newRegressionGuard(probeKey string) *regressionGuard {
-	return &regressionGuard{done: make(chan struct{}), probeKey: probeKey, stop: func() {}}
+// New returns a guard whose probe before a write reads probeKey (count
+// only); mapRead types the error of a failed probe read as the store types a
+// failed read.
+func New(probeKey string, mapRead func(error) error) *Guard {
+	return &Guard{done: make(chan struct{}), probeKey: probeKey, mapRead: mapRead, stop: func() {}}
 }
 
-// follow has the guard probe before the first write after endpoints'
+// Follow has the guard probe before the first write after endpoints'
 // answer changed.
-func (g *regressionGuard) follow(endpoints func() []string) {
+func (g *Guard) Follow(endpoints func() []string) {
 	g.endpoints = endpoints
 	joined := strings.Join(endpoints(), ",")
 	g.lastEndpoints.Store(&joined)
 }
 
 // endpointsMoved counts a change of the client's endpoints as a state change.
-func (g *regressionGuard) endpointsMoved() {
+func (g *Guard) endpointsMoved() {
 	if g.endpoints == nil {
 		return
 	}
@@ -95,8 +91,8 @@ func (g *regressionGuard) endpointsMoved() {
 	g.changes.Add(1)
 }
 
-// watch counts the state changes of conn until close.
-func (g *regressionGuard) watch(conn *grpc.ClientConn) {
+// Watch counts the state changes of conn until Close.
+func (g *Guard) Watch(conn *grpc.ClientConn) {
 	if conn == nil {
 		return
 	}
@@ -116,8 +112,8 @@ func (g *regressionGuard) watch(conn *grpc.ClientConn) {
 	}()
 }
 
-// close stops watch.
-func (g *regressionGuard) close() {
+// Close stops Watch.
+func (g *Guard) Close() {
 	g.stop()
 	g.wg.Wait()
 }
@@ -125,7 +121,7 @@ func (g *regressionGuard) close() {
 // verify sends the probe read before a write when the connection changed
 // state since the last probe passed. An error means the write must not be
 // sent.
-func (g *regressionGuard) verify(ctx context.Context, kv clientv3.KV) error {
+func (g *Guard) verify(ctx context.Context, kv clientv3.KV) error {
 	if err := g.refused(); err != nil {
 		return err
 	}
@@ -134,11 +130,12 @@ func (g *regressionGuard) verify(ctx context.Context, kv clientv3.KV) error {
 	if g.verified.Load() >= seen {
 		return nil
 	}
-	floor := g.floor()
+	floor := g.Floor()
 	r, err := kv.Get(ctx, g.probeKey, clientv3.WithCountOnly())
 	if err != nil {
-		// typed here: mapError would report it as a write's unknown outcome
-		return guardError{authority.Wrap(authority.ErrUnavailable, "etcd probe read before a write failed; the write was not sent", mapError(err, false))}
+		// typed here: the store's error mapping would report it as a
+		// write's unknown outcome
+		return guardError{authority.Wrap(authority.ErrUnavailable, "etcd probe read before a write failed; the write was not sent", g.mapRead(err))}
 	}
 	if err := g.observe(floor, r.Header, false); err != nil {
 		return err
@@ -150,28 +147,28 @@ func (g *regressionGuard) verify(ctx context.Context, kv clientv3.KV) error {
 
 // refused returns the error every request gets after a regression (nil
 // before one).
-func (g *regressionGuard) refused() error {
+func (g *Guard) refused() error {
 	if p := g.err.Load(); p != nil {
 		return authority.Wrap(authority.ErrUnavailable, "etcd store refuses every request since "+(*p).Error()+"; close it and open a new store", ErrClusterRegressed)
 	}
 	return nil
 }
 
-// regressed is closed at the first regression.
-func (g *regressionGuard) regressed() <-chan struct{} { return g.done }
+// Regressed is closed at the first regression.
+func (g *Guard) Regressed() <-chan struct{} { return g.done }
 
-// floor is the highest revision seen so far: the least revision a
+// Floor is the highest revision seen so far: the least revision a
 // linearizable response to a request sent now may carry.
-func (g *regressionGuard) floor() int64 { return g.maxRev.Load() }
+func (g *Guard) Floor() int64 { return g.maxRev.Load() }
 
 // observe checks the header of a response to a request sent at floor. It
 // returns nil, or the error for that request when the header shows a
 // regression (write: the request could have changed something).
-func (g *regressionGuard) observe(floor int64, h *pb.ResponseHeader, write bool) error {
+func (g *Guard) observe(floor int64, h *pb.ResponseHeader, write bool) error {
 	if h == nil {
 		return nil
 	}
-	if err := g.observeCluster(h); err != nil {
+	if err := g.ObserveCluster(h); err != nil {
 		return g.answer(err, write)
 	}
 	if h.Revision < floor {
@@ -182,10 +179,10 @@ func (g *regressionGuard) observe(floor int64, h *pb.ResponseHeader, write bool)
 	return nil
 }
 
-// observeCluster checks only the cluster ID of h (for responses whose
+// ObserveCluster checks only the cluster ID of h (for responses whose
 // revision is not linearizable, such as lease renewals). It returns the
 // regression it finds, nil otherwise.
-func (g *regressionGuard) observeCluster(h *pb.ResponseHeader) error {
+func (g *Guard) ObserveCluster(h *pb.ResponseHeader) error {
 	if h == nil || h.ClusterId == 0 {
 		return nil
 	}
@@ -199,7 +196,7 @@ func (g *regressionGuard) observeCluster(h *pb.ResponseHeader) error {
 }
 
 // trip records the first regression and returns its description.
-func (g *regressionGuard) trip(what string) error {
+func (g *Guard) trip(what string) error {
 	err := errors.New(what)
 	g.once.Do(func() {
 		g.err.Store(&err)
@@ -208,7 +205,7 @@ func (g *regressionGuard) trip(what string) error {
 	return err
 }
 
-func (g *regressionGuard) answer(cause error, write bool) error {
+func (g *Guard) answer(cause error, write bool) error {
 	if write {
 		return authority.Wrap(authority.ErrOutcomeUnknown,
 			"etcd write was answered by a cluster that went back in time or changed ("+cause.Error()+"): it may have been applied there; close the store and open a new one", ErrClusterRegressed)
@@ -217,15 +214,36 @@ func (g *regressionGuard) answer(cause error, write bool) error {
 		"etcd read was answered by a cluster that went back in time or changed ("+cause.Error()+"); close the store and open a new one", ErrClusterRegressed)
 }
 
-// guardError is an error of the guard that mapError passes on as it is.
+// guardError is an error of the guard that the store passes on as it is
+// (Typed).
 type guardError struct{ error }
 
 func (e guardError) Unwrap() error { return e.error }
 
+// Typed returns the typed error inside err when the guard made err and
+// typed it already (a failed probe read), so that the store's error mapping
+// passes it on as it is.
+func Typed(err error) (error, bool) {
+	var ge guardError
+	if errors.As(err, &ge) {
+		return ge.error, true
+	}
+	return nil, false
+}
+
+// ClusterID returns the ID of the cluster of the first response the guard
+// checked (0: none yet).
+func (g *Guard) ClusterID() uint64 { return g.cluster.Load() }
+
+// KV returns kv with every request passing the guard: refused after a
+// regression, a write probed first after a connection change, each response
+// checked.
+func (g *Guard) KV(kv clientv3.KV) clientv3.KV { return guardedKV{kv: kv, g: g} }
+
 // guardedKV is the store's KV: every request passes its guard.
 type guardedKV struct {
 	kv clientv3.KV
-	g  *regressionGuard
+	g  *Guard
 }
 
 func (k guardedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
@@ -263,12 +281,12 @@ func (k guardedKV) before(ctx context.Context, write bool) (int64, error) {
 			return 0, err
 		}
 	}
-	return k.g.floor(), nil
+	return k.g.Floor(), nil
 }
 
 // GetStream is refused after a regression; its responses are not checked
 // (the store streams only listing pages, at a revision it read through a
-// checked Get or a cursor: paging.go).
+// checked Get or a cursor: provider/etcd/paging.go).
 func (k guardedKV) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
 	if err := k.g.refused(); err != nil {
 		return nil, err
@@ -292,7 +310,7 @@ func (k guardedKV) Compact(ctx context.Context, rev int64, opts ...clientv3.Comp
 	if err := k.g.verify(ctx, k.kv); err != nil {
 		return nil, err
 	}
-	floor := k.g.floor()
+	floor := k.g.Floor()
 	r, err := k.kv.Compact(ctx, rev, opts...)
 	if err != nil {
 		return nil, err
@@ -312,7 +330,7 @@ func (k guardedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse,
 			return clientv3.OpResponse{}, err
 		}
 	}
-	floor := k.g.floor()
+	floor := k.g.Floor()
 	r, err := k.kv.Do(ctx, op)
 	if err != nil {
 		return r, err
@@ -341,7 +359,7 @@ func (k guardedKV) Txn(ctx context.Context) clientv3.Txn {
 // guardedTxn is a Txn whose Commit passes the guard.
 type guardedTxn struct {
 	txn   clientv3.Txn
-	g     *regressionGuard
+	g     *Guard
 	ctx   context.Context //nolint:containedctx // the Txn's own, for the probe
 	kv    clientv3.KV
 	write bool
@@ -370,7 +388,7 @@ func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
 			return nil, err
 		}
 	}
-	floor := t.g.floor()
+	floor := t.g.Floor()
 	r, err := t.txn.Commit()
 	if err != nil {
 		return nil, err

@@ -1,9 +1,20 @@
-package etcd
+package preflight
 
 import (
 	"fmt"
 	"strings"
 )
+
+// MinServerVersion is the oldest etcd server the provider accepts: etcd.New
+// refuses older ones (an error wrapping authority.ErrUnsupportedServer), and
+// authorityctl doctor reports one. Verified: the whole etcd test suite and
+// the coordinator's scenarios pass against the servers of .ci/etcd-versions
+// (Debian's 3.4.23, 3.5.36, and 3.6.17 as a 3-member TLS + authentication
+// cluster) and an embedded 3.7.3 (every test run). 3.4 and 3.5 releases
+// before RecommendedServer34 / RecommendedServer35 are accepted with a
+// warning (ServerVersionWarning, etcd's Store.ServerWarning): they have known watch
+// and lease bugs.
+const MinServerVersion = "3.4.0"
 
 // Patch releases below which a server line has known watch and lease bugs
 // the provider depends on not hitting: watches that go back in time after a
@@ -45,8 +56,8 @@ func ServerVersionWarning(version string) string {
 
 // ServerVersionAtLeast reports whether the dotted version v ("3.4.23",
 // "v3.5.0-rc.1"; missing parts count as 0) is at least min. A pre-release
-// counts as its release. New refuses a server below MinServerVersion with
-// it, and authorityctl doctor reports one.
+// counts as its release. etcd.New refuses a server below MinServerVersion
+// with it, and authorityctl doctor reports one.
 func ServerVersionAtLeast(v, min string) bool {
 	parse := func(s string) [3]int {
 		var out [3]int

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -1,4 +1,4 @@
-package etcd
+package preflight
 
 import (
 	"fmt"
@@ -30,6 +30,11 @@ func (r ServerRequirement) Arg() string {
 	return r.Flag + "=" + r.Value
 }
 
+// DefaultMaxTxnOps is etcd's default --max-txn-ops, the least the
+// --max-txn-ops requirement accepts (etcd.DefaultMaxTxnOps, Config's default,
+// is this value).
+const DefaultMaxTxnOps = 128
+
 // RecommendedMaxRequestBytes is the --max-request-bytes that lets a full
 // 1 MiB payload travel together with its inline creation content reference
 // (a 1 MiB request encodes to about 1.4 MiB) in one reservation.
@@ -43,7 +48,7 @@ const RecommendedMaxTxnOps = 1024
 // for etcd 3.6 and later (lease checkpointing through --feature-gates). The
 // README documents them, and a test checks docker-compose.yml against them
 // so the two never drift. ServerRequirementsFor gives the flags of an older
-// server. Set Config.MaxTxnOps and Config.MaxRequestBytes to the values the
+// server. Set etcd.Config's MaxTxnOps and MaxRequestBytes to the values the
 // servers run with.
 var ServerRequirements = ServerRequirementsFor("3.6.0")
 
@@ -58,14 +63,14 @@ func ServerRequirementsFor(version string) []ServerRequirement {
 			Value: strconv.Itoa(RecommendedMaxTxnOps),
 			Why: "an aggregate commits all participants in one Txn; a 16-participant move needs about 100 ops " +
 				"(Config.MaxTxnOps must equal the server's value)",
-			Check: atLeast(DefaultMaxTxnOps),
+			Check: flagAtLeast(DefaultMaxTxnOps),
 		},
 		{
 			Flag:  "--max-request-bytes",
 			Value: strconv.Itoa(RecommendedMaxRequestBytes),
 			Why: "a row carries up to 1 MiB of payload plus its creation content reference; " +
 				"the default 1.5 MiB refuses full-size creations (Config.MaxRequestBytes must equal the server's value)",
-			Check: atLeast(RecommendedMaxRequestBytes),
+			Check: flagAtLeast(RecommendedMaxRequestBytes),
 		},
 		{
 			Flag:  "--auto-compaction-retention",
@@ -124,7 +129,8 @@ func parseServerVersion(s string) ([3]int, bool) {
 	return out, true
 }
 
-func atLeast(min int64) func(string) error {
+// flagAtLeast checks an integer flag's value: set, and at least min.
+func flagAtLeast(min int64) func(string) error {
 	return func(v string) error {
 		if v == "" {
 			return fmt.Errorf("not set (server default is too low); need >= %d", min)

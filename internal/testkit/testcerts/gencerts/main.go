@@ -2,7 +2,7 @@
 // certificates a local TLS etcd cluster needs into a directory, for CI
 // (.ci/run) and manual checks:
 //
-//	go run ./internal/testcerts/gencerts DIR [CLIENT-NAME...]
+//	go run ./internal/testkit/testcerts/gencerts DIR [CLIENT-NAME...]
 //
 // It writes DIR/ci-ca.pem (the CA), DIR/ci-server.pem and -key.pem (server
 // and peer certificate for 127.0.0.1, ::1 and localhost) and, for every
@@ -24,7 +24,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package etcd
+package preflight
 
 import (
 	"context"
@@ -17,22 +17,11 @@ import (
 // probeTimeout bounds each step of ProbeEndpoint.
 const probeTimeout = time.Second
 
-// connectFailure explains why a client could not reach an etcd endpoint,
-// which the client itself does not say (a request to an endpoint it cannot
-// connect to only ends with its context): ProbeEndpoint's finding, or
-// mapError(cause) when the probe finds nothing wrong.
-func connectFailure(ctx context.Context, endpoint string, tlsCfg *tls.Config, cause error) error {
-	if err := ProbeEndpoint(ctx, endpoint, tlsCfg); err != nil {
-		return err
-	}
-	return mapError(cause, false)
-}
-
 // ProbeEndpoint opens a connection to an etcd endpoint ("host:port" or a
 // URL) the way a client with tlsCfg (nil: plain text) would, and returns a
 // typed error naming why such a client cannot talk to it, or nil when it
 // finds nothing wrong. A gRPC client only reports such failures as its
-// context's deadline; New calls this when its first request fails, and
+// context's deadline; etcd.New calls this when its first request fails, and
 // authorityctl when no endpoint answers. The causes it names:
 //   - ErrUnavailable: nothing listens; TLS on one side only; the server's
 //     certificate is signed by an unknown authority, is expired or not yet

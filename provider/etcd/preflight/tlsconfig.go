@@ -1,4 +1,4 @@
-package etcd
+package preflight
 
 import (
 	"crypto/tls"
@@ -12,11 +12,11 @@ type TLSFile string
 
 // The files ClientTLS reads.
 const (
-	// TLSFileCA is the CA bundle that verifies the servers (Config.CAFile).
+	// TLSFileCA is the CA bundle that verifies the servers (etcd.Config.CAFile).
 	TLSFileCA TLSFile = "CA"
-	// TLSFileCert is the client certificate (Config.CertFile).
+	// TLSFileCert is the client certificate (etcd.Config.CertFile).
 	TLSFileCert TLSFile = "certificate"
-	// TLSFileKey is the client private key (Config.KeyFile).
+	// TLSFileKey is the client private key (etcd.Config.KeyFile).
 	TLSFileKey TLSFile = "key"
 )
 
@@ -63,8 +63,8 @@ func (e *TLSFileError) Unwrap() error { return e.Err }
 // ClientTLS builds the client TLS configuration of a CA file (verifying the
 // servers; empty: the system roots) and a client certificate and key (empty:
 // none), TLS 1.2 or later. It returns nil when caFile and certFile are both
-// empty (plain text). A file it cannot use is a *TLSFileError. New uses it
-// for Config.CAFile/CertFile/KeyFile, and authorityctl for its flags.
+// empty (plain text). A file it cannot use is a *TLSFileError. etcd.New uses
+// it for Config.CAFile/CertFile/KeyFile, and authorityctl for its flags.
 func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if keyFile != "" && certFile == "" {
 		return nil, &TLSFileError{File: TLSFileKey, Path: keyFile, Problem: TLSKeyWithoutCert}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/zlink-systems/authority/internal/testcerts"
+	"github.com/zlink-systems/authority/internal/testkit/testcerts"
 	"go.uber.org/goleak"
 )
 

@@ -1,10 +1,10 @@
-package etcd_test
+package preflight_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/preflight"
 )
 
 // TestServerRequirementsFor: each server version gets the lease-checkpoint
@@ -13,7 +13,7 @@ import (
 func TestServerRequirementsFor(t *testing.T) {
 	flags := func(version string) []string {
 		var out []string
-		for _, r := range etcdstore.ServerRequirementsFor(version) {
+		for _, r := range preflight.ServerRequirementsFor(version) {
 			out = append(out, r.Arg())
 		}
 		return out
@@ -36,13 +36,13 @@ func TestServerRequirementsFor(t *testing.T) {
 		require.Equal(t, append(append([]string{}, common...), want...), flags(version), version)
 	}
 	var def []string
-	for _, r := range etcdstore.ServerRequirements {
+	for _, r := range preflight.ServerRequirements {
 		def = append(def, r.Arg())
 	}
 	require.Equal(t, flags("3.6.0"), def, "ServerRequirements are those of 3.6+")
 
 	// the boolean flags are checked as present ("true") or not
-	for _, r := range etcdstore.ServerRequirementsFor("3.5.21")[3:] {
+	for _, r := range preflight.ServerRequirementsFor("3.5.21")[3:] {
 		require.NoError(t, r.Check("true"), r.Flag)
 		require.Error(t, r.Check(""), r.Flag)
 		require.Error(t, r.Check("false"), r.Flag)
