@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,7 +19,9 @@ import (
 //	baseline:    BEGIN; INSERT; COMMIT
 //	same-object: BEGIN; Check (one object, the owner's token each time); INSERT; COMMIT
 //	new-object:  BEGIN; Check (a new object each time: an insert into the fence); INSERT; COMMIT
-//	bound-same-object: same-object with a guard bound to a cluster (ForCluster: one more statement)
+//	bound-same-object: same-object with a guard bound to a cluster (ForCluster)
+//	parallel-objects: new-object from 8 sessions at once; every Check locks the
+//	                  table's cluster row shared (a multixact of the holders)
 func BenchmarkCheck(b *testing.B) {
 	db := openDB(b)
 	ctx := context.Background()
@@ -54,6 +58,28 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	b.Run("new-object", func(b *testing.B) {
 		run(b, func(tx *sql.Tx, i int) error { return g.Check(ctx, tx, fmt.Sprintf("actor/%s/%d", b.Name(), i), 1) })
+	})
+	b.Run("parallel-objects", func(b *testing.B) {
+		db.SetMaxOpenConns(9)
+		b.SetParallelism(8 / max(1, runtime.GOMAXPROCS(0)))
+		var seq atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := seq.Add(1)
+				tx, err := db.BeginTx(ctx, nil)
+				if err == nil {
+					if err = g.Check(ctx, tx, fmt.Sprintf("actor/parallel/%d", i), 1); err == nil {
+						if _, err = tx.ExecContext(ctx, insert, "actor/parallel", i); err == nil {
+							err = tx.Commit()
+						}
+					}
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 	// a table of its own: a bound guard makes its table follow its cluster
 	other, err := fencing.NewGuard(fencing.PostgreSQL, tableFor(b, "fence_bound"))

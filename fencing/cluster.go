@@ -14,10 +14,23 @@ import (
 const MaxClusterBytes = 256
 
 // The fence table's row with the empty object key (no object has it: Check
-// refuses an empty key) holds the cluster the table follows.
+// refuses an empty key) holds the cluster the table follows (NULL: none).
+// Init creates it; Check creates it in a table that has none (one of an
+// earlier version). Every Check reads it with a locking read, so under
+// REPEATABLE READ and SERIALIZABLE a Check whose snapshot is older than an
+// Adopt fails with a serialization failure instead of missing the Adopt.
 const (
-	selectMeta   = `SELECT cluster FROM %s WHERE object = '' FOR SHARE`
-	claimMeta    = `INSERT INTO %s (object, token, cluster) VALUES ('', 1, $1) ON CONFLICT (object) DO NOTHING`
+	// selectMeta locks the row shared (an unbound guard).
+	selectMeta = `SELECT cluster FROM %s WHERE object = '' FOR SHARE`
+	// selectFollowed locks it shared when it names a cluster (a bound
+	// guard, which claims a row of no cluster with claimMeta instead, so
+	// two claimers never both hold it shared and then wait for each other).
+	selectFollowed = `SELECT cluster FROM %s WHERE object = '' AND cluster IS NOT NULL FOR SHARE`
+	// claimMeta makes a table that follows no cluster follow $1 (a bound
+	// guard); createMeta creates the row of no cluster (an unbound guard,
+	// on a table of an earlier version; Init).
+	claimMeta    = `INSERT INTO %s AS fence (object, token, cluster) VALUES ('', 1, $1) ON CONFLICT (object) DO UPDATE SET cluster = EXCLUDED.cluster WHERE fence.cluster IS NULL`
+	createMeta   = `INSERT INTO %s (object, token, cluster) VALUES ('', 1, NULL) ON CONFLICT (object) DO NOTHING`
 	lockTable    = `LOCK TABLE %s IN EXCLUSIVE MODE`
 	readMeta     = `SELECT cluster FROM %s WHERE object = ''`
 	dropTokens   = `DELETE FROM %s WHERE object <> ''`
@@ -54,18 +67,33 @@ func (g *Guard) ForCluster(cluster string) (*Guard, error) {
 
 // checkCluster refuses a Check when the table follows another cluster than
 // the guard's, and makes a table that follows none follow the guard's. It
-// holds the table's cluster row shared until tx ends, so Adopt waits for
-// the Checks in flight and the Checks after it see the new cluster.
+// holds the table's cluster row (shared, or exclusive when it claimed it)
+// until tx ends, so Adopt waits for the Checks in flight, the Checks after it
+// see the new cluster, and a Check whose snapshot predates an Adopt's commit
+// (REPEATABLE READ, SERIALIZABLE) fails with a serialization failure
+// (ErrRetry) on the row Adopt changed.
 func (g *Guard) checkCluster(ctx context.Context, tx *sql.Tx, object string) error {
-	follows, err := g.following(ctx, tx)
+	query := selectMeta
+	if g.cluster != "" {
+		query = selectFollowed
+	}
+	follows, found, err := g.following(ctx, tx, query)
 	if err != nil {
 		return err
 	}
-	if !follows.Valid && g.cluster != "" {
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(claimMeta, g.table), g.cluster); err != nil {
-			return fmt.Errorf("fencing: record cluster %q in %s: %w", g.cluster, g.table, err)
+	if !found {
+		// No row (a table of an earlier version) or, for a bound guard, no
+		// cluster in it yet: create or claim the row. It conflicts with an Adopt
+		// or claim committed after tx's snapshot (a serialization failure
+		// under REPEATABLE READ and SERIALIZABLE), and locks the row.
+		stmt, args := fmt.Sprintf(createMeta, g.table), []any(nil)
+		if g.cluster != "" {
+			stmt, args = fmt.Sprintf(claimMeta, g.table), []any{g.cluster}
 		}
-		if follows, err = g.following(ctx, tx); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
+			return dbFailure(fmt.Sprintf("fencing: record cluster %q in %s", g.cluster, g.table), err)
+		}
+		if follows, _, err = g.following(ctx, tx, selectMeta); err != nil {
 			return err
 		}
 	}
@@ -75,17 +103,18 @@ func (g *Guard) checkCluster(ctx context.Context, tx *sql.Tx, object string) err
 	return nil
 }
 
-// following reads (and locks shared) the cluster the table follows.
-func (g *Guard) following(ctx context.Context, tx *sql.Tx) (sql.NullString, error) {
+// following reads (and locks shared) the cluster the table follows with
+// query, and whether it found the row.
+func (g *Guard) following(ctx context.Context, tx *sql.Tx, query string) (sql.NullString, bool, error) {
 	var c sql.NullString
-	err := tx.QueryRowContext(ctx, fmt.Sprintf(selectMeta, g.table)).Scan(&c)
+	err := tx.QueryRowContext(ctx, fmt.Sprintf(query, g.table)).Scan(&c)
 	if errors.Is(err, sql.ErrNoRows) {
-		return sql.NullString{}, nil
+		return sql.NullString{}, false, nil
 	}
 	if err != nil {
-		return c, fmt.Errorf("fencing: read the cluster of %s: %w", g.table, err)
+		return c, false, dbFailure(fmt.Sprintf("fencing: read the cluster of %s", g.table), err)
 	}
-	return c, nil
+	return c, true, nil
 }
 
 // Cluster returns the cluster the fence table follows ("" when none).
@@ -112,8 +141,12 @@ func (g *Guard) Cluster(ctx context.Context, q Querier) (string, error) {
 //
 // Why this is safe: from its commit on, Check refuses every token that is
 // not of cluster (an unbound guard's too), so a writer that still holds a
-// token of the replaced cluster, however high, can never write again; the
-// new cluster's tokens rise from there, and Check compares them as before.
+// token of the replaced cluster, however high, can never write again, at
+// any isolation level: a transaction whose snapshot predates the commit
+// (REPEATABLE READ, SERIALIZABLE) fails in Check with ErrRetry, and its
+// retry is refused. The new cluster's tokens rise from there, and Check
+// compares them as before. Adopt itself runs at READ COMMITTED whatever the
+// session's default, and reads the table only after its lock.
 // What it must not be used for: adopting the cluster the recorded tokens
 // came from would forget them and let that cluster's stale writers in, so
 // Adopt refuses (ErrInvalidArgument) when the table already follows
@@ -128,7 +161,9 @@ func (g *Guard) Adopt(ctx context.Context, db *sql.DB, cluster string) (int64, e
 	if db == nil {
 		return 0, authority.Invalid("fencing: Adopt needs a *sql.DB.")
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	// READ COMMITTED whatever the session's default: Adopt reads the table
+	// only after its lock, so it sees every Check that committed before it.
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, fmt.Errorf("fencing: adopt in %s: %w", g.table, err)
 	}

@@ -67,11 +67,31 @@
 // concurrent holder to finish: transactions of one object pass Check one at a
 // time, in commit order, so a lower token can never commit after a higher
 // one, and two transactions of the same owner (equal tokens) simply queue.
-// Under REPEATABLE READ or SERIALIZABLE, a conflicting concurrent Check fails
-// with a serialization failure (SQLSTATE 40001) instead: retry the
-// transaction, as for any conflict at those levels. Call Check first in the
-// transaction, so the rest of it runs under the object's fence lock and
-// reads what the previous owner committed.
+// Before it, Check reads the table's cluster row (ForCluster) with a locking
+// read, which is what makes Adopt's change of that row seen at every level.
+// Call Check first in the transaction, so the rest of it runs under the
+// object's fence lock and reads what the previous owner committed.
+//
+// # Isolation levels
+//
+// The guarantee is the same at READ COMMITTED, REPEATABLE READ and
+// SERIALIZABLE: a token lower than one already committed for the object
+// never commits, and from Adopt's commit on no token of another cluster
+// commits. How the losing transaction learns it depends on the level:
+//
+//   - READ COMMITTED: Check waits for the transaction holding the object's
+//     fence row (or for Adopt), then judges the token on what it committed:
+//     ErrStaleToken or ErrOtherCluster. Nothing to retry.
+//   - REPEATABLE READ and SERIALIZABLE: the transaction's snapshot is taken
+//     by its first statement, possibly before that wait (PostgreSQL takes it
+//     before the statement's locks). When the fence changed after the
+//     snapshot (another Check of the object committed, or Adopt), Check
+//     fails with ErrRetry, which wraps the driver's serialization failure
+//     (SQLSTATE 40001) and has rolled the transaction back. Run the whole
+//     transaction again: the retry sees the change and is refused
+//     (ErrStaleToken, ErrOtherCluster) or passes. Under SERIALIZABLE the
+//     caller's own statements and Commit can fail with 40001 too, as for any
+//     transaction at that level: retry those the same way.
 //
 // On any error, Check rolls the transaction back itself: a write that could
 // not be fenced can never be committed by mistake.
@@ -89,7 +109,9 @@
 // with ErrOtherCluster instead of calling it stale. When the cluster really
 // was replaced, Guard.Adopt makes the table follow the new one, dropping the
 // old tokens under a table lock; from then on a writer of the old cluster is
-// refused whatever its token (docs/operations.md gives the procedure).
+// refused whatever its token and its isolation level (one whose snapshot
+// predates Adopt fails with ErrRetry, and its retry is refused;
+// docs/operations.md gives the procedure).
 //
 // # Elsewhere: Verifier
 //

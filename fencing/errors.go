@@ -63,3 +63,12 @@ func (e *OtherClusterError) Error() string {
 
 // Is reports whether target is ErrOtherCluster.
 func (e *OtherClusterError) Is(target error) bool { return target == ErrOtherCluster }
+
+// ErrRetry reports a Check that lost a conflict with a concurrent
+// transaction: a serialization failure (SQLSTATE 40001; under REPEATABLE
+// READ or SERIALIZABLE, the fence changed after the transaction's snapshot
+// was taken, by another Check of the object or by Adopt) or a deadlock
+// (40P01). The transaction is rolled back; run it again from its start,
+// Check first: the retry sees the change and is judged on it. The error
+// also wraps the driver's own error.
+var ErrRetry = errors.New("fencing: conflict with a concurrent transaction, retry the transaction")

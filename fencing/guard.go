@@ -72,6 +72,9 @@ func NewGuard(dialect Dialect, table string) (*Guard, error) {
 			// a table of a version before ForCluster: its rows keep their
 			// tokens and get no cluster
 			`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS cluster text`,
+			// the row of the cluster the table follows (none yet), which
+			// every Check reads with a locking read
+			fmt.Sprintf(createMeta, q),
 		},
 		// One statement, race-free under concurrency: the upsert locks the
 		// object's fence row (the newest committed version, even in READ
@@ -83,18 +86,19 @@ func NewGuard(dialect Dialect, table string) (*Guard, error) {
 	}, nil
 }
 
-// Schema returns the statements creating the fence table, or adding the
-// cluster column to a table of an earlier version (idempotent; separated by
-// ";\n"), for a migration tool; Init runs them.
+// Schema returns the statements creating the fence table and its cluster
+// row, or adding the cluster column and row to a table of an earlier version
+// (idempotent; separated by ";\n"), for a migration tool; Init runs them.
 func (g *Guard) Schema() string { return strings.Join(g.schema, ";\n") }
 
-// Init creates the fence table if it does not exist. Concurrent Inits (one
+// Init creates the fence table if it does not exist, and its cluster row
+// (following no cluster) if it has none. Concurrent Inits (one
 // per process starting) are serialised by a transaction-scoped advisory lock.
 func (g *Guard) Init(ctx context.Context, db *sql.DB) error {
 	if g == nil || db == nil {
 		return authority.Invalid("fencing: Init needs a Guard and a *sql.DB.")
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("fencing: init %s: %w", g.table, err)
 	}
@@ -130,10 +134,14 @@ func (g *Guard) Init(ctx context.Context, db *sql.DB) error {
 //     *OtherClusterError (ErrOtherCluster);
 //   - bad input (nil tx, empty or over-long object key, token <= 0): an
 //     error matching authority.ErrInvalidArgument;
-//   - a database error, returned wrapped. Under REPEATABLE READ or
-//     SERIALIZABLE isolation a concurrent change of the same fence row fails
-//     with a serialization failure (SQLSTATE 40001): retry the whole
-//     transaction. READ COMMITTED needs no retry.
+//   - under REPEATABLE READ or SERIALIZABLE, a fence that changed after the
+//     transaction's snapshot was taken (another Check of object committed,
+//     or Adopt): an error matching ErrRetry and wrapping the driver's
+//     serialization failure (SQLSTATE 40001); a deadlock (40P01) also
+//     matches ErrRetry. Run the whole transaction again. READ COMMITTED
+//     waits instead and needs no retry (see the package doc, Isolation
+//     levels);
+//   - any other database error, returned wrapped.
 func (g *Guard) Check(ctx context.Context, tx *sql.Tx, object string, token Token) error {
 	if tx == nil {
 		return authority.Invalid("fencing: Check needs a transaction.")
@@ -149,7 +157,7 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, object string, token Toke
 	}
 	var highest Token
 	if err := tx.QueryRowContext(ctx, g.upsert, object, int64(token), g.cluster).Scan(&highest); err != nil {
-		return abandon(tx, fmt.Errorf("fencing: record token %d of %q in %s: %w", token, object, g.table, err))
+		return abandon(tx, dbFailure(fmt.Sprintf("fencing: record token %d of %q in %s", token, object, g.table), err))
 	}
 	if highest > token {
 		return abandon(tx, &StaleTokenError{Object: object, Token: token, Highest: highest})
@@ -227,6 +235,21 @@ func validateObject(object string) error {
 		return authority.Invalid(fmt.Sprintf("fencing: object key must be at most %d bytes.", MaxObjectBytes))
 	}
 	return nil
+}
+
+// dbFailure wraps err, the failure of a statement of Check described by
+// what; a lost conflict with a concurrent transaction (a serialization
+// failure or a deadlock, told by the driver's SQLSTATE) also matches
+// ErrRetry.
+func dbFailure(what string, err error) error {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		switch coded.SQLState() {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return fmt.Errorf("%s: %w (%w)", what, err, ErrRetry)
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // abandon rolls tx back and returns err (joined with a rollback failure).
