@@ -88,7 +88,19 @@ type entry struct {
 	snap *authority.Snapshot
 }
 
-func entryLess(a, b *entry) bool { return a.key < b.key }
+func entryLess(a, b entry) bool { return a.key < b.key }
+
+type tree = btree.BTreeG[entry]
+
+func newTree() *tree { return btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true}) }
+
+// state is what the view has applied: rows is never changed once
+// published (the follower changes a copy-on-write copy of its own), so a
+// read loads one pointer and takes no lock.
+type state struct {
+	rows    *tree
+	applied int64
+}
 
 // View is a local read view. It is safe for concurrent use.
 type View struct {
@@ -96,7 +108,10 @@ type View struct {
 	prefix  string
 	maxWait time.Duration
 	clock   authority.Clock
-	scope   string
+	// sysClock is set when clock is the wall clock: a read then reads it
+	// once, for its staleness and its answer's StoreNow.
+	sysClock bool
+	scope    string
 
 	life   context.Context
 	cancel context.CancelFunc
@@ -104,19 +119,25 @@ type View struct {
 	endFirstFeed context.CancelFunc
 	wg           sync.WaitGroup
 
-	mu      sync.RWMutex
-	rows    *btree.BTreeG[*entry]
-	applied int64
+	cur atomic.Pointer[state]
 	// freshAt is when the view was last known current: the start of the
-	// last revision check whose revision it applied.
-	freshAt time.Time
-	// changed is closed (and replaced) whenever applied moves or the view
-	// fails.
-	changed chan struct{}
+	// last revision check whose revision it applied (nil: never).
+	freshAt atomic.Pointer[time.Time]
 	// noProgress is set once the feed said it cannot promise progress.
-	noProgress bool
-	err        error
-	pins       []pin
+	noProgress atomic.Bool
+	// failed holds the error that ends the view's reads (ErrClosed).
+	failed atomic.Pointer[error]
+	// synced is closed once the first listing is applied.
+	synced     chan struct{}
+	syncedOnce sync.Once
+
+	mu sync.Mutex
+	// changed is closed (and replaced) whenever the view applies a batch
+	// or fails.
+	changed chan struct{}
+
+	pinMu sync.Mutex
+	pins  []pin
 
 	relists, resumes, storeReads atomic.Int64
 
@@ -138,15 +159,16 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	}
 	v := &View{
 		store: store, prefix: cfg.Prefix, maxWait: cfg.MaxWait, clock: cfg.Clock,
-		rows:    btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true}),
-		changed: make(chan struct{}),
+		changed: make(chan struct{}), synced: make(chan struct{}),
 	}
+	v.cur.Store(&state{rows: newTree()})
 	if v.maxWait <= 0 {
 		v.maxWait = DefaultMaxWait
 	}
 	if v.clock == nil {
 		v.clock = authority.SystemClock{}
 	}
+	_, v.sysClock = v.clock.(authority.SystemClock)
 	v.scope = "view/" + uuid.NewString()
 	v.life, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.flights.v = v
@@ -166,22 +188,28 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	}
 	v.feed, v.endFirstFeed = feed, fcancel
 	if err := feed.RequestProgress(ctx); errors.Is(err, authority.ErrUnsupportedServer) {
-		v.noProgress = true // consistent reads go to the store
+		v.noProgress.Store(true) // consistent reads go to the store
 	}
 	v.wg.Add(1)
 	go v.follow(feed)
-	if err := v.waitApplied(ctx, 1); err != nil {
+	select {
+	case <-v.synced:
+		return v, nil
+	case <-ctx.Done():
 		_ = v.Close()
-		return nil, err
+		return nil, ctx.Err()
 	}
-	return v, nil
 }
 
-// Close stops the view. Reads after Close report authority.ErrClosed.
+// Close stops the view. Reads after Close, and reads waiting when it is
+// called, report authority.ErrClosed.
 func (v *View) Close() error {
 	v.flights.mu.Lock()
 	v.flights.closed = true
 	v.flights.mu.Unlock()
+	// before the view's context ends: a read whose revision request or
+	// wait that ending cuts short reports ErrClosed, not the cancellation
+	v.fail(authority.ErrClosed)
 	v.cancel()
 	if v.endFirstFeed != nil {
 		v.endFirstFeed()
@@ -192,20 +220,27 @@ func (v *View) Close() error {
 	}
 	v.feedMu.Unlock()
 	v.wg.Wait()
+	return nil
+}
+
+// fail ends the view's reads with err (the first error set stays).
+func (v *View) fail(err error) {
+	v.failed.CompareAndSwap(nil, &err)
 	v.mu.Lock()
-	if v.err == nil {
-		v.err = authority.ErrClosed
-	}
+	v.signal()
 	v.mu.Unlock()
+}
+
+// err returns the error that ended the view's reads, or nil.
+func (v *View) err() error {
+	if p := v.failed.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
 // Revision returns the revision the view has applied.
-func (v *View) Revision() int64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.applied
-}
+func (v *View) Revision() int64 { return v.cur.Load().applied }
 
 // Stats counts what a view did.
 type Stats struct {
@@ -243,7 +278,7 @@ func (v *View) Read(ctx context.Context, key authority.Key, f Freshness) (Read, 
 	if !strings.HasPrefix(string(key), v.prefix) {
 		return Read{}, authority.Invalid("Key " + string(key) + " is outside the view's prefix " + v.prefix + ".")
 	}
-	rev, fromStore, err := v.ready(ctx, f)
+	st, now, rev, fromStore, err := v.ready(ctx, f)
 	if err != nil {
 		return Read{}, err
 	}
@@ -252,57 +287,109 @@ func (v *View) Read(ctx context.Context, key authority.Key, f Freshness) (Read, 
 		res, err := v.store.ReadAuthority(ctx, key)
 		return Read{ReadResult: res, Revision: rev, FromStore: true}, err
 	}
-	v.mu.RLock()
-	e, ok := v.rows.Get(&entry{key: key})
-	applied := v.applied
-	v.mu.RUnlock()
-	now := v.clock.Now()
-	if !ok {
-		return Read{ReadResult: authority.Missing(now), Revision: applied}, nil
+	if !v.sysClock || now.IsZero() {
+		now = v.clock.Now()
 	}
-	s := e.snap.Clone()
-	s.StoreNow = now
-	return Read{ReadResult: authority.Found(s), Revision: applied}, nil
+	e, ok := st.rows.Get(entry{key: key})
+	if !ok {
+		return Read{ReadResult: authority.Missing(now), Revision: st.applied}, nil
+	}
+	return Read{ReadResult: authority.Found(copySnapshot(e.snap, now)), Revision: st.applied}, nil
 }
 
-// ready makes the view fresh enough for f: at once when it was known
-// current within f's bound, else after a consistency check. fromStore is
-// set when the caller must read the store instead; rev is then the
-// revision the check learned.
-func (v *View) ready(ctx context.Context, f Freshness) (rev int64, fromStore bool, err error) {
-	v.mu.RLock()
-	fresh, applied, noProgress, verr := v.freshAt, v.applied, v.noProgress, v.err
-	v.mu.RUnlock()
-	if verr != nil {
-		return 0, false, verr
+// copySnapshot returns a caller-owned copy of s stamped with now, in two
+// allocations at most: the snapshot with its pointed-to parts, and one
+// slab for its payload and request digest (none when both are empty).
+func copySnapshot(s *authority.Snapshot, now time.Time) *authority.Snapshot {
+	box := &struct {
+		snap    authority.Snapshot
+		pending authority.PendingCreation
+		spot    authority.SpotTypeCapacity
+	}{snap: *s}
+	c := &box.snap
+	c.StoreNow = now
+	var sha []byte
+	if p := s.PendingCreation; p != nil {
+		box.pending = *p
+		c.PendingCreation = &box.pending
+		sha = p.RequestSHA256
 	}
-	if f.MaxStaleness > 0 && !fresh.IsZero() && time.Since(fresh) <= f.MaxStaleness {
-		return applied, false, nil
+	if st := s.Allocation.Capacity.SpotType; st != nil {
+		box.spot = *st
+		c.Allocation.Capacity.SpotType = &box.spot
+	}
+	if n := len(s.Payload) + len(sha); n > 0 {
+		buf := make([]byte, n)
+		if s.Payload != nil {
+			c.Payload = buf[:copy(buf, s.Payload):len(s.Payload)]
+		}
+		if sha != nil {
+			box.pending.RequestSHA256 = buf[len(s.Payload):n:n]
+			copy(box.pending.RequestSHA256, sha)
+		}
+	} else {
+		// empty, not nil: nothing to share
+		if s.Payload != nil {
+			c.Payload = []byte{}
+		}
+		if sha != nil {
+			box.pending.RequestSHA256 = []byte{}
+		}
+	}
+	return c
+}
+
+// ready makes the view fresh enough for f and returns the state to answer
+// from: at once when it was known current within f's bound, else after a
+// consistency check. now is the wall clock a bounded-stale check read
+// (zero otherwise). fromStore is set when the caller must read the store
+// instead; rev is then the revision the check learned.
+func (v *View) ready(ctx context.Context, f Freshness) (st *state, now time.Time, rev int64, fromStore bool, err error) {
+	if err := v.err(); err != nil {
+		return nil, now, 0, false, err
+	}
+	if f.MaxStaleness > 0 {
+		if fresh := v.freshAt.Load(); fresh != nil {
+			now = time.Now()
+			if now.Sub(*fresh) <= f.MaxStaleness {
+				return v.cur.Load(), now, 0, false, nil
+			}
+		}
 	}
 	rev, start, err := v.flights.revision(ctx)
 	if err != nil {
-		return 0, false, err
+		return nil, now, 0, false, err
 	}
-	if noProgress {
-		return rev, true, nil
+	if v.noProgress.Load() {
+		return nil, now, rev, true, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, v.maxWait)
 	defer cancel()
 	err = v.waitApplied(wctx, rev)
 	switch {
 	case err == nil:
-		v.mu.Lock()
-		if start.After(v.freshAt) {
-			v.freshAt = start
-		}
-		v.mu.Unlock()
-		return rev, false, nil
+		v.markFresh(start)
+		return v.cur.Load(), time.Time{}, rev, false, nil
 	case ctx.Err() != nil:
-		return 0, false, ctx.Err()
+		return nil, now, 0, false, ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, authority.ErrUnsupportedServer):
-		return rev, true, nil
+		return nil, now, rev, true, nil
 	}
-	return 0, false, err
+	return nil, now, 0, false, err
+}
+
+// markFresh records that the view was current at start, unless it is
+// known current at a later time.
+func (v *View) markFresh(start time.Time) {
+	for {
+		old := v.freshAt.Load()
+		if old != nil && !start.After(*old) {
+			return
+		}
+		if v.freshAt.CompareAndSwap(old, &start) {
+			return
+		}
+	}
 }
 
 // waitApplied waits until the view applied rev, asking the feed for
@@ -310,16 +397,16 @@ func (v *View) ready(ctx context.Context, f Freshness) (rev int64, fromStore boo
 func (v *View) waitApplied(ctx context.Context, rev int64) error {
 	var asked time.Time
 	for {
-		v.mu.RLock()
-		applied, ch, err, noProgress := v.applied, v.changed, v.err, v.noProgress
-		v.mu.RUnlock()
-		if err != nil {
+		v.mu.Lock()
+		ch := v.changed
+		v.mu.Unlock()
+		if err := v.err(); err != nil {
 			return err
 		}
-		if applied >= rev {
+		if v.cur.Load().applied >= rev {
 			return nil
 		}
-		if noProgress {
+		if v.noProgress.Load() {
 			return authority.ErrUnsupportedServer
 		}
 		if time.Since(asked) > progressRetry {
@@ -332,6 +419,9 @@ func (v *View) waitApplied(ctx context.Context, rev int64) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if err := v.err(); err != nil {
+				return err
+			}
 			return ctx.Err()
 		}
 		t.Stop()
@@ -357,8 +447,8 @@ func (v *View) requestProgress(ctx context.Context, rev int64) {
 	v.askedRev, v.askedAt = max(v.askedRev, rev), time.Now()
 	v.feedMu.Unlock()
 	if err := feed.RequestProgress(ctx); errors.Is(err, authority.ErrUnsupportedServer) {
+		v.noProgress.Store(true)
 		v.mu.Lock()
-		v.noProgress = true
 		v.signal()
 		v.mu.Unlock()
 	}
