@@ -47,13 +47,19 @@ type faultStore struct {
 	stallRevision atomic.Bool
 	// waiting counts the FeedRevision calls stalled now.
 	waiting atomic.Int64
+	// onOpen, when set, is called after the n-th feed opened.
+	onOpen func(n int)
 }
 
 func (s *faultStore) WatchRows(ctx context.Context, req authority.FeedRequest) (authority.Feed, error) {
-	fs := s.plan(int(s.opened.Add(1) - 1))
+	n := int(s.opened.Add(1) - 1)
+	fs := s.plan(n)
 	inner, err := s.Store.WatchRows(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if s.onOpen != nil {
+		s.onOpen(n)
 	}
 	return &faultFeed{inner: inner, f: fs}, nil
 }
@@ -376,4 +382,22 @@ func testViewNewShortDeadlines(t *testing.T, h *conformance.Harness) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestViewNewOnClosingStore: a store that closes while New waits for the
+// listing (its first feed failed) ends New with ErrClosed at once, not when
+// New's context ends.
+func TestViewNewOnClosingStore(t *testing.T) {
+	s, _, _ := etcdHarness(t, false)
+	fs := &faultStore{Store: s, plan: func(int) faults { return faults{failAt: 0, stallAt: -1} }}
+	fs.onOpen = func(n int) {
+		if n == 0 {
+			require.NoError(t, s.Close())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := view.New(ctx, fs, view.Config{})
+	require.ErrorIs(t, err, authority.ErrClosed)
+	require.NoError(t, ctx.Err())
 }

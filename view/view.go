@@ -12,10 +12,21 @@
 // bound, and otherwise reads consistently. Every answer says which revision
 // it reflects.
 //
-// When the feed's history is gone (authority.ErrFeedCompacted) the view
-// relists; when the store cannot make progress promises (etcd before 3.4.31
-// / 3.5.13), or the view does not catch up within Config.MaxWait, consistent
-// reads go to the store instead.
+// When the feed's history is gone (authority.ErrFeedCompacted), or a feed
+// fails before its listing ends, the view lists again; a feed that fails
+// otherwise is resumed after the applied revision.
+//
+// # Fallback to the store
+//
+// A consistent answer from memory needs a freshness fence: the feed's
+// promise (Feed.RequestProgress) that it delivered every change up to the
+// store's revision. When the feed cannot give one (etcd before 3.4.31 /
+// 3.5.13, whose progress notifications may run ahead of undelivered
+// events: RequestProgress reports authority.ErrUnsupportedServer), New
+// still starts the view, and every consistent read and first listing page
+// is answered by the store instead (FromStore set); bounded-stale reads too,
+// since the view is then never known current. The same happens to a read
+// whose view does not catch up within Config.MaxWait.
 package view
 
 import (
@@ -66,7 +77,9 @@ type Freshness struct {
 type Read struct {
 	authority.ReadResult
 	// Revision is the store revision the answer reflects: the row as it
-	// was at that revision.
+	// was at that revision. For an answer from the store, a revision the
+	// store had reached before it read the row (the row is as of that
+	// revision or later).
 	Revision int64
 	// FromStore is set when the answer came from the store, not memory
 	// (no progress promises, or the view did not catch up in time).
@@ -76,7 +89,9 @@ type Read struct {
 // Page is a view's answer to a listing page.
 type Page struct {
 	authority.ScanResult
-	// Revision is the store revision every page of the listing reflects.
+	// Revision is the store revision every page of the listing reflects
+	// (from the store: the revision its cursor names, or, for a listing of
+	// one page, a revision the store had reached before it listed).
 	Revision int64
 	// FromStore is set when the page came from the store.
 	FromStore bool
@@ -192,12 +207,35 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	}
 	v.wg.Add(1)
 	go v.follow(feed)
-	select {
-	case <-v.synced:
-		return v, nil
-	case <-ctx.Done():
+	if err := v.waitSynced(ctx); err != nil {
 		_ = v.Close()
-		return nil, ctx.Err()
+		return nil, err
+	}
+	return v, nil
+}
+
+// waitSynced waits until the view applied its first listing, ctx ends, or
+// the view fails (its store closed).
+func (v *View) waitSynced(ctx context.Context) error {
+	for {
+		v.mu.Lock()
+		ch := v.changed
+		v.mu.Unlock()
+		select {
+		case <-v.synced:
+			return nil
+		default:
+		}
+		if err := v.err(); err != nil {
+			return err
+		}
+		select {
+		case <-v.synced:
+			return nil
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -244,7 +282,8 @@ func (v *View) Revision() int64 { return v.cur.Load().applied }
 
 // Stats counts what a view did.
 type Stats struct {
-	// Relists counts the listings after the feed's history was gone.
+	// Relists counts the listings after the first: the feed's history
+	// was gone, or a feed failed before its listing ended.
 	Relists int64
 	// Resumes counts the feeds reopened after the applied revision, after
 	// one failed otherwise (lost leader, dropped stream).
@@ -259,8 +298,7 @@ func (v *View) Stats() Stats {
 	return Stats{Relists: v.relists.Load(), Resumes: v.resumes.Load(), StoreReads: v.storeReads.Load()}
 }
 
-// Relists returns how many times the view relisted after its feed's history
-// was gone.
+// Relists returns how many times the view listed again (Stats.Relists).
 func (v *View) Relists() int { return int(v.relists.Load()) }
 
 // ReadAuthority reads the row at key consistently (authority.AuthorityStore
@@ -297,46 +335,48 @@ func (v *View) Read(ctx context.Context, key authority.Key, f Freshness) (Read, 
 	return Read{ReadResult: authority.Found(copySnapshot(e.snap, now)), Revision: st.applied}, nil
 }
 
-// copySnapshot returns a caller-owned copy of s stamped with now, in two
-// allocations at most: the snapshot with its pointed-to parts, and one
-// slab for its payload and request digest (none when both are empty).
+// copySnapshot returns a caller-owned copy of s stamped with now: one
+// allocation for a row whose payload (and request digest) fit inline
+// (inlineBytes), one more for a larger one or a pending creation.
 func copySnapshot(s *authority.Snapshot, now time.Time) *authority.Snapshot {
-	box := &struct {
-		snap    authority.Snapshot
-		pending authority.PendingCreation
-		spot    authority.SpotTypeCapacity
-	}{snap: *s}
+	box := &snapBox{snap: *s}
 	c := &box.snap
 	c.StoreNow = now
 	var sha []byte
 	if p := s.PendingCreation; p != nil {
-		box.pending = *p
-		c.PendingCreation = &box.pending
+		pc := *p
+		c.PendingCreation = &pc
 		sha = p.RequestSHA256
 	}
 	if st := s.Allocation.Capacity.SpotType; st != nil {
 		box.spot = *st
 		c.Allocation.Capacity.SpotType = &box.spot
 	}
-	if n := len(s.Payload) + len(sha); n > 0 {
-		buf := make([]byte, n)
-		if s.Payload != nil {
-			c.Payload = buf[:copy(buf, s.Payload):len(s.Payload)]
-		}
-		if sha != nil {
-			box.pending.RequestSHA256 = buf[len(s.Payload):n:n]
-			copy(box.pending.RequestSHA256, sha)
-		}
-	} else {
-		// empty, not nil: nothing to share
-		if s.Payload != nil {
-			c.Payload = []byte{}
-		}
-		if sha != nil {
-			box.pending.RequestSHA256 = []byte{}
-		}
+	n := len(s.Payload) + len(sha)
+	buf := box.buf[:]
+	if n > len(buf) {
+		buf = make([]byte, n)
+	}
+	if s.Payload != nil {
+		c.Payload = buf[:copy(buf, s.Payload):len(s.Payload)]
+	}
+	if sha != nil {
+		c.PendingCreation.RequestSHA256 = buf[len(s.Payload):n:n]
+		copy(c.PendingCreation.RequestSHA256, sha)
 	}
 	return c
+}
+
+// inlineBytes is how many payload and digest bytes a read's copy holds
+// without an allocation of their own.
+const inlineBytes = 16
+
+// snapBox is a read's copy of a row, with room for its Spot type and a
+// small payload.
+type snapBox struct {
+	snap authority.Snapshot
+	spot authority.SpotTypeCapacity
+	buf  [inlineBytes]byte
 }
 
 // ready makes the view fresh enough for f and returns the state to answer

@@ -46,7 +46,10 @@ var _ authority.RowFeed = (*Store)(nil)
 const feedListAttempts = 3
 
 // WatchRows opens a feed of the rows under req.Prefix (authority.RowFeed).
-// The feed ends when ctx ends, on Close, or when the store closes.
+// The feed ends when ctx ends, on Close, or when the store closes; Close
+// (and a WatchRows that fails) releases its gRPC watch stream. It watches
+// on a clientv3.Watcher of its own on Config.Client's connection: a Watcher
+// wrapper set on that client does not apply to feeds.
 func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (authority.Feed, error) {
 	if err := authority.ValidateFeedRequest(req); err != nil {
 		return nil, err
