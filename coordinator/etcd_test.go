@@ -23,6 +23,19 @@ func TestScenariosEtcd(t *testing.T) {
 	runScenarios(t, func(t *testing.T) *Harness { return etcdHarness(t, client) })
 }
 
+// TestScenariosEtcdView runs every coordinator scenario on the etcd
+// provider with row reads from a local read view (withView): from memory on
+// a server with reliable progress notifications, from etcd on an older one
+// (CI runs it on each standalone server of .ci/etcd-versions).
+func TestScenariosEtcdView(t *testing.T) {
+	if testing.Short() {
+		t.Skip("embedded etcd: skipped with -short")
+	}
+	server := etcdtest.Start(t)
+	client := server.Client(t)
+	runScenarios(t, withView(func(t *testing.T) *Harness { return etcdHarness(t, client) }))
+}
+
 func etcdHarness(t *testing.T, client *clientv3.Client) *Harness {
 	ns := etcdtest.Namespace()
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: client, Namespace: ns})

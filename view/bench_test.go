@@ -55,6 +55,7 @@ func BenchmarkView(b *testing.B) {
 	const clients = 64
 	for _, m := range modes {
 		b.Run(m.name+"/clients=64", func(b *testing.B) {
+			b.ReportAllocs() // an op is one read: allocs/op are per read
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			var failed atomic.Value

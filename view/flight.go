@@ -63,6 +63,9 @@ func (fs *flights) fly(f *flight) {
 	for f != nil {
 		f.start = time.Now()
 		f.rev, f.err = fs.v.store.FeedRevision(fs.v.life)
+		if f.err != nil && fs.v.life.Err() != nil {
+			f.err = authority.ErrClosed // cut short by Close
+		}
 		close(f.done)
 		fs.mu.Lock()
 		f, fs.next = fs.next, nil

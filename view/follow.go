@@ -4,46 +4,60 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tidwall/btree"
-
 	authority "github.com/zlink-systems/authority"
 )
 
+// follower applies a view's feeds. It owns work, the tree the view's
+// published state copies (copy-on-write) after each applied batch, and
+// staging, the listing a listing feed is collecting.
+type follower struct {
+	v       *View
+	work    *tree
+	staging *tree
+	// listing is set while the current feed is a listing whose FeedSynced
+	// has not come: if it fails, the view lists again (resuming after the
+	// revision it applied would skip the rows the listing did not deliver).
+	listing bool
+}
+
 // follow applies the feed's batches until the view closes. A feed whose
-// history is gone is replaced by a relisting one; a feed that fails
-// otherwise is resumed after the applied revision.
+// history is gone, or that fails before its listing ends, is replaced by a
+// listing one; a feed that fails otherwise is resumed after the applied
+// revision.
 func (v *View) follow(feed authority.Feed) {
 	defer v.wg.Done()
-	var staging *btree.BTreeG[*entry]
+	fl := &follower{v: v, work: newTree(), listing: true}
 	for {
 		b, err := feed.Next(v.life)
 		if err == nil {
-			staging = v.apply(b, staging)
+			fl.apply(b)
 			continue
 		}
 		_ = feed.Close()
 		if v.life.Err() != nil {
 			return
 		}
-		staging = nil
-		if feed = v.reopen(err); feed == nil {
+		relist := fl.listing || errors.Is(err, authority.ErrFeedCompacted)
+		fl.staging = nil
+		if feed = v.reopen(relist); feed == nil {
 			return
 		}
+		fl.listing = relist
 	}
 }
 
-// reopen opens the feed that follows one that ended with cause: a relisting
-// one after ErrFeedCompacted, else one resuming after the applied revision,
-// retrying (with a backoff) until one opens or the view closes (nil).
-func (v *View) reopen(cause error) authority.Feed {
+// reopen opens the feed that follows one that ended: a listing one when
+// relist is set, else one resuming after the applied revision, retrying
+// (with a backoff) until one opens or the view closes (nil).
+func (v *View) reopen(relist bool) authority.Feed {
 	backoff := 10 * time.Millisecond
 	for {
 		req := authority.FeedRequest{Prefix: v.prefix, List: true}
-		if !errors.Is(cause, authority.ErrFeedCompacted) {
+		if relist {
+			v.relists.Add(1)
+		} else {
 			req = authority.FeedRequest{Prefix: v.prefix, After: v.Revision()}
 			v.resumes.Add(1)
-		} else {
-			v.relists.Add(1)
 		}
 		feed, err := v.store.WatchRows(v.life, req)
 		if err == nil {
@@ -56,7 +70,8 @@ func (v *View) reopen(cause error) authority.Feed {
 			v.fail(authority.ErrClosed)
 			return nil
 		}
-		cause = err
+		// a resume refused for compaction lists again
+		relist = relist || errors.Is(err, authority.ErrFeedCompacted)
 		select {
 		case <-v.life.Done():
 			return nil
@@ -66,48 +81,48 @@ func (v *View) reopen(cause error) authority.Feed {
 	}
 }
 
-// fail ends the view's reads with err.
-func (v *View) fail(err error) {
-	v.mu.Lock()
-	if v.err == nil {
-		v.err = err
-	}
-	v.signal()
-	v.mu.Unlock()
-}
-
 // apply applies one batch; a listing collects into staging until its
-// FeedSynced swaps it in.
-func (v *View) apply(b authority.FeedBatch, staging *btree.BTreeG[*entry]) *btree.BTreeG[*entry] {
+// FeedSynced swaps it in. Each batch that moves the view publishes a new
+// state.
+func (fl *follower) apply(b authority.FeedBatch) {
+	v := fl.v
+	cur := v.cur.Load()
 	switch b.Kind {
 	case authority.FeedListed:
-		if staging == nil {
-			staging = btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true})
+		if fl.staging == nil {
+			fl.staging = newTree()
 		}
 		for _, ev := range b.Events {
-			staging.Set(&entry{key: ev.Key, snap: ev.Snapshot})
+			fl.staging.Set(entry{key: ev.Key, snap: ev.Snapshot})
 		}
-		return staging
+		return
 	case authority.FeedSynced:
-		if staging == nil {
-			staging = btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true})
+		if fl.staging == nil {
+			fl.staging = newTree()
 		}
-		v.mu.Lock()
-		v.rows, v.applied = staging, max(v.applied, b.Revision)
-		v.signal()
-		v.mu.Unlock()
-		return nil
+		fl.work, fl.staging, fl.listing = fl.staging, nil, false
+		v.publish(&state{rows: fl.work.Copy(), applied: max(cur.applied, b.Revision)})
+		v.syncedOnce.Do(func() { close(v.synced) })
+		return
 	}
+	rows := cur.rows
+	if len(b.Events) > 0 {
+		for _, ev := range b.Events {
+			if ev.Kind == authority.FeedRemoved {
+				fl.work.Delete(entry{key: ev.Key})
+			} else {
+				fl.work.Set(entry{key: ev.Key, snap: ev.Snapshot})
+			}
+		}
+		rows = fl.work.Copy()
+	}
+	v.publish(&state{rows: rows, applied: max(cur.applied, b.Revision)})
+}
+
+// publish makes st the view's state and wakes the waiters.
+func (v *View) publish(st *state) {
+	v.cur.Store(st)
 	v.mu.Lock()
-	for _, ev := range b.Events {
-		if ev.Kind == authority.FeedRemoved {
-			v.rows.Delete(&entry{key: ev.Key})
-		} else {
-			v.rows.Set(&entry{key: ev.Key, snap: ev.Snapshot})
-		}
-	}
-	v.applied = max(v.applied, b.Revision)
 	v.signal()
 	v.mu.Unlock()
-	return staging
 }

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidwall/btree"
-
 	authority "github.com/zlink-systems/authority"
 )
 
@@ -21,10 +19,11 @@ const (
 	pinTTL  = 5 * time.Minute
 )
 
-// pin is a copy of the rows at a revision.
+// pin is the rows at a revision (a published state's tree, never
+// changed).
 type pin struct {
 	rev  int64
-	tree *btree.BTreeG[*entry]
+	tree *tree
 	at   time.Time
 }
 
@@ -60,29 +59,32 @@ func (v *View) List(ctx context.Context, prefix string, cursor authority.ScanCur
 		}
 		return v.continueList(pos, limit), nil
 	}
-	rev, fromStore, err := v.ready(ctx, f)
+	st, _, rev, fromStore, err := v.ready(ctx, f)
 	if err != nil {
 		return Page{}, err
 	}
 	if fromStore {
 		v.storeReads.Add(1)
 		res, err := v.store.ListAuthorities(ctx, prefix, "", limit)
+		if err == nil && res.NextCursor != "" {
+			// the store's pages all reflect the revision its cursor names
+			if pos, perr := authority.ParseScanCursor(res.NextCursor); perr == nil && pos.Revision > 0 {
+				rev = pos.Revision
+			}
+		}
 		return Page{ScanResult: res, Revision: rev, FromStore: true}, err
 	}
-	v.mu.Lock()
-	tree, applied := v.rows, v.applied
-	items, more := v.page(tree, prefix, authority.Key(prefix), false, limit)
+	items, more := v.page(st.rows, prefix, authority.Key(prefix), false, limit)
 	if more {
-		v.pinTree(applied)
+		v.pinTree(st)
 	}
-	v.mu.Unlock()
-	return v.finish(items, more, prefix, applied), nil
+	return v.finish(items, more, prefix, st.applied), nil
 }
 
 // continueList reads the page after pos from its pinned copy.
 func (v *View) continueList(pos authority.ScanPosition, limit int) Page {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.pinMu.Lock()
+	defer v.pinMu.Unlock()
 	v.dropPins()
 	for _, p := range v.pins {
 		if p.rev == pos.Revision {
@@ -95,10 +97,10 @@ func (v *View) continueList(pos authority.ScanPosition, limit int) Page {
 
 // page collects up to limit entries under prefix from from (after it when
 // after is set); more says whether others follow.
-func (v *View) page(tree *btree.BTreeG[*entry], prefix string, from authority.Key, after bool, limit int) ([]*entry, bool) {
-	out := make([]*entry, 0, min(limit, tree.Len()))
+func (v *View) page(rows *tree, prefix string, from authority.Key, after bool, limit int) ([]entry, bool) {
+	out := make([]entry, 0, min(limit, rows.Len()))
 	more := false
-	tree.Ascend(&entry{key: from}, func(e *entry) bool {
+	rows.Ascend(entry{key: from}, func(e entry) bool {
 		if after && e.key == from {
 			return true
 		}
@@ -117,7 +119,7 @@ func (v *View) page(tree *btree.BTreeG[*entry], prefix string, from authority.Ke
 
 // finish makes the page's answer: copies of the rows, and a cursor when
 // more follow.
-func (v *View) finish(items []*entry, more bool, prefix string, rev int64) Page {
+func (v *View) finish(items []entry, more bool, prefix string, rev int64) Page {
 	res := authority.ScanResult{Kind: authority.KindPage, Items: copyRows(items, v.clock.Now())}
 	if more && len(items) > 0 {
 		res.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
@@ -127,22 +129,23 @@ func (v *View) finish(items []*entry, more bool, prefix string, rev int64) Page 
 	return Page{ScanResult: res, Revision: rev}
 }
 
-// pinTree pins a copy of the rows at rev, unless one is. The caller holds
-// v.mu.
-func (v *View) pinTree(rev int64) {
+// pinTree pins st's rows at its revision, unless they are.
+func (v *View) pinTree(st *state) {
+	v.pinMu.Lock()
+	defer v.pinMu.Unlock()
 	v.dropPins()
 	for _, p := range v.pins {
-		if p.rev == rev {
+		if p.rev == st.applied {
 			return
 		}
 	}
 	if len(v.pins) == maxPins {
 		v.pins = v.pins[1:]
 	}
-	v.pins = append(v.pins, pin{rev: rev, tree: v.rows.Copy(), at: time.Now()})
+	v.pins = append(v.pins, pin{rev: st.applied, tree: st.rows, at: time.Now()})
 }
 
-// dropPins drops the pins older than pinTTL. The caller holds v.mu.
+// dropPins drops the pins older than pinTTL. The caller holds v.pinMu.
 func (v *View) dropPins() {
 	for len(v.pins) > 0 && time.Since(v.pins[0].at) > pinTTL {
 		v.pins = v.pins[1:]
@@ -152,7 +155,7 @@ func (v *View) dropPins() {
 // copyRows returns caller-owned copies of the rows, stamped with now, in a
 // few allocations per page rather than a few per row: the snapshots, their
 // Spot types and pending creations, and their bytes each share one slab.
-func copyRows(items []*entry, now time.Time) []authority.ScanItem {
+func copyRows(items []entry, now time.Time) []authority.ScanItem {
 	var nbytes, npending, nspot int
 	for _, e := range items {
 		nbytes += len(e.snap.Payload)

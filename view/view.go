@@ -12,10 +12,21 @@
 // bound, and otherwise reads consistently. Every answer says which revision
 // it reflects.
 //
-// When the feed's history is gone (authority.ErrFeedCompacted) the view
-// relists; when the store cannot make progress promises (etcd before 3.4.31
-// / 3.5.13), or the view does not catch up within Config.MaxWait, consistent
-// reads go to the store instead.
+// When the feed's history is gone (authority.ErrFeedCompacted), or a feed
+// fails before its listing ends, the view lists again; a feed that fails
+// otherwise is resumed after the applied revision.
+//
+// # Fallback to the store
+//
+// A consistent answer from memory needs a freshness fence: the feed's
+// promise (Feed.RequestProgress) that it delivered every change up to the
+// store's revision. When the feed cannot give one (etcd before 3.4.31 /
+// 3.5.13, whose progress notifications may run ahead of undelivered
+// events: RequestProgress reports authority.ErrUnsupportedServer), New
+// still starts the view, and every consistent read and first listing page
+// is answered by the store instead (FromStore set); bounded-stale reads too,
+// since the view is then never known current. The same happens to a read
+// whose view does not catch up within Config.MaxWait.
 package view
 
 import (
@@ -66,7 +77,9 @@ type Freshness struct {
 type Read struct {
 	authority.ReadResult
 	// Revision is the store revision the answer reflects: the row as it
-	// was at that revision.
+	// was at that revision. For an answer from the store, a revision the
+	// store had reached before it read the row (the row is as of that
+	// revision or later).
 	Revision int64
 	// FromStore is set when the answer came from the store, not memory
 	// (no progress promises, or the view did not catch up in time).
@@ -76,7 +89,9 @@ type Read struct {
 // Page is a view's answer to a listing page.
 type Page struct {
 	authority.ScanResult
-	// Revision is the store revision every page of the listing reflects.
+	// Revision is the store revision every page of the listing reflects
+	// (from the store: the revision its cursor names, or, for a listing of
+	// one page, a revision the store had reached before it listed).
 	Revision int64
 	// FromStore is set when the page came from the store.
 	FromStore bool
@@ -88,7 +103,19 @@ type entry struct {
 	snap *authority.Snapshot
 }
 
-func entryLess(a, b *entry) bool { return a.key < b.key }
+func entryLess(a, b entry) bool { return a.key < b.key }
+
+type tree = btree.BTreeG[entry]
+
+func newTree() *tree { return btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true}) }
+
+// state is what the view has applied: rows is never changed once
+// published (the follower changes a copy-on-write copy of its own), so a
+// read loads one pointer and takes no lock.
+type state struct {
+	rows    *tree
+	applied int64
+}
 
 // View is a local read view. It is safe for concurrent use.
 type View struct {
@@ -96,7 +123,10 @@ type View struct {
 	prefix  string
 	maxWait time.Duration
 	clock   authority.Clock
-	scope   string
+	// sysClock is set when clock is the wall clock: a read then reads it
+	// once, for its staleness and its answer's StoreNow.
+	sysClock bool
+	scope    string
 
 	life   context.Context
 	cancel context.CancelFunc
@@ -104,19 +134,25 @@ type View struct {
 	endFirstFeed context.CancelFunc
 	wg           sync.WaitGroup
 
-	mu      sync.RWMutex
-	rows    *btree.BTreeG[*entry]
-	applied int64
+	cur atomic.Pointer[state]
 	// freshAt is when the view was last known current: the start of the
-	// last revision check whose revision it applied.
-	freshAt time.Time
-	// changed is closed (and replaced) whenever applied moves or the view
-	// fails.
-	changed chan struct{}
+	// last revision check whose revision it applied (nil: never).
+	freshAt atomic.Pointer[time.Time]
 	// noProgress is set once the feed said it cannot promise progress.
-	noProgress bool
-	err        error
-	pins       []pin
+	noProgress atomic.Bool
+	// failed holds the error that ends the view's reads (ErrClosed).
+	failed atomic.Pointer[error]
+	// synced is closed once the first listing is applied.
+	synced     chan struct{}
+	syncedOnce sync.Once
+
+	mu sync.Mutex
+	// changed is closed (and replaced) whenever the view applies a batch
+	// or fails.
+	changed chan struct{}
+
+	pinMu sync.Mutex
+	pins  []pin
 
 	relists, resumes, storeReads atomic.Int64
 
@@ -138,15 +174,16 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	}
 	v := &View{
 		store: store, prefix: cfg.Prefix, maxWait: cfg.MaxWait, clock: cfg.Clock,
-		rows:    btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true}),
-		changed: make(chan struct{}),
+		changed: make(chan struct{}), synced: make(chan struct{}),
 	}
+	v.cur.Store(&state{rows: newTree()})
 	if v.maxWait <= 0 {
 		v.maxWait = DefaultMaxWait
 	}
 	if v.clock == nil {
 		v.clock = authority.SystemClock{}
 	}
+	_, v.sysClock = v.clock.(authority.SystemClock)
 	v.scope = "view/" + uuid.NewString()
 	v.life, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.flights.v = v
@@ -166,22 +203,51 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	}
 	v.feed, v.endFirstFeed = feed, fcancel
 	if err := feed.RequestProgress(ctx); errors.Is(err, authority.ErrUnsupportedServer) {
-		v.noProgress = true // consistent reads go to the store
+		v.noProgress.Store(true) // consistent reads go to the store
 	}
 	v.wg.Add(1)
 	go v.follow(feed)
-	if err := v.waitApplied(ctx, 1); err != nil {
+	if err := v.waitSynced(ctx); err != nil {
 		_ = v.Close()
 		return nil, err
 	}
 	return v, nil
 }
 
-// Close stops the view. Reads after Close report authority.ErrClosed.
+// waitSynced waits until the view applied its first listing, ctx ends, or
+// the view fails (its store closed).
+func (v *View) waitSynced(ctx context.Context) error {
+	for {
+		v.mu.Lock()
+		ch := v.changed
+		v.mu.Unlock()
+		select {
+		case <-v.synced:
+			return nil
+		default:
+		}
+		if err := v.err(); err != nil {
+			return err
+		}
+		select {
+		case <-v.synced:
+			return nil
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops the view. Reads after Close, and reads waiting when it is
+// called, report authority.ErrClosed.
 func (v *View) Close() error {
 	v.flights.mu.Lock()
 	v.flights.closed = true
 	v.flights.mu.Unlock()
+	// before the view's context ends: a read whose revision request or
+	// wait that ending cuts short reports ErrClosed, not the cancellation
+	v.fail(authority.ErrClosed)
 	v.cancel()
 	if v.endFirstFeed != nil {
 		v.endFirstFeed()
@@ -192,24 +258,32 @@ func (v *View) Close() error {
 	}
 	v.feedMu.Unlock()
 	v.wg.Wait()
+	return nil
+}
+
+// fail ends the view's reads with err (the first error set stays).
+func (v *View) fail(err error) {
+	v.failed.CompareAndSwap(nil, &err)
 	v.mu.Lock()
-	if v.err == nil {
-		v.err = authority.ErrClosed
-	}
+	v.signal()
 	v.mu.Unlock()
+}
+
+// err returns the error that ended the view's reads, or nil.
+func (v *View) err() error {
+	if p := v.failed.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
 // Revision returns the revision the view has applied.
-func (v *View) Revision() int64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.applied
-}
+func (v *View) Revision() int64 { return v.cur.Load().applied }
 
 // Stats counts what a view did.
 type Stats struct {
-	// Relists counts the listings after the feed's history was gone.
+	// Relists counts the listings after the first: the feed's history
+	// was gone, or a feed failed before its listing ended.
 	Relists int64
 	// Resumes counts the feeds reopened after the applied revision, after
 	// one failed otherwise (lost leader, dropped stream).
@@ -224,8 +298,7 @@ func (v *View) Stats() Stats {
 	return Stats{Relists: v.relists.Load(), Resumes: v.resumes.Load(), StoreReads: v.storeReads.Load()}
 }
 
-// Relists returns how many times the view relisted after its feed's history
-// was gone.
+// Relists returns how many times the view listed again (Stats.Relists).
 func (v *View) Relists() int { return int(v.relists.Load()) }
 
 // ReadAuthority reads the row at key consistently (authority.AuthorityStore
@@ -243,7 +316,7 @@ func (v *View) Read(ctx context.Context, key authority.Key, f Freshness) (Read, 
 	if !strings.HasPrefix(string(key), v.prefix) {
 		return Read{}, authority.Invalid("Key " + string(key) + " is outside the view's prefix " + v.prefix + ".")
 	}
-	rev, fromStore, err := v.ready(ctx, f)
+	st, now, rev, fromStore, err := v.ready(ctx, f)
 	if err != nil {
 		return Read{}, err
 	}
@@ -252,57 +325,111 @@ func (v *View) Read(ctx context.Context, key authority.Key, f Freshness) (Read, 
 		res, err := v.store.ReadAuthority(ctx, key)
 		return Read{ReadResult: res, Revision: rev, FromStore: true}, err
 	}
-	v.mu.RLock()
-	e, ok := v.rows.Get(&entry{key: key})
-	applied := v.applied
-	v.mu.RUnlock()
-	now := v.clock.Now()
-	if !ok {
-		return Read{ReadResult: authority.Missing(now), Revision: applied}, nil
+	if !v.sysClock || now.IsZero() {
+		now = v.clock.Now()
 	}
-	s := e.snap.Clone()
-	s.StoreNow = now
-	return Read{ReadResult: authority.Found(s), Revision: applied}, nil
+	e, ok := st.rows.Get(entry{key: key})
+	if !ok {
+		return Read{ReadResult: authority.Missing(now), Revision: st.applied}, nil
+	}
+	return Read{ReadResult: authority.Found(copySnapshot(e.snap, now)), Revision: st.applied}, nil
 }
 
-// ready makes the view fresh enough for f: at once when it was known
-// current within f's bound, else after a consistency check. fromStore is
-// set when the caller must read the store instead; rev is then the
-// revision the check learned.
-func (v *View) ready(ctx context.Context, f Freshness) (rev int64, fromStore bool, err error) {
-	v.mu.RLock()
-	fresh, applied, noProgress, verr := v.freshAt, v.applied, v.noProgress, v.err
-	v.mu.RUnlock()
-	if verr != nil {
-		return 0, false, verr
+// copySnapshot returns a caller-owned copy of s stamped with now: one
+// allocation for a row whose payload (and request digest) fit inline
+// (inlineBytes), one more for a larger one or a pending creation.
+func copySnapshot(s *authority.Snapshot, now time.Time) *authority.Snapshot {
+	box := &snapBox{snap: *s}
+	c := &box.snap
+	c.StoreNow = now
+	var sha []byte
+	if p := s.PendingCreation; p != nil {
+		pc := *p
+		c.PendingCreation = &pc
+		sha = p.RequestSHA256
 	}
-	if f.MaxStaleness > 0 && !fresh.IsZero() && time.Since(fresh) <= f.MaxStaleness {
-		return applied, false, nil
+	if st := s.Allocation.Capacity.SpotType; st != nil {
+		box.spot = *st
+		c.Allocation.Capacity.SpotType = &box.spot
+	}
+	n := len(s.Payload) + len(sha)
+	buf := box.buf[:]
+	if n > len(buf) {
+		buf = make([]byte, n)
+	}
+	if s.Payload != nil {
+		c.Payload = buf[:copy(buf, s.Payload):len(s.Payload)]
+	}
+	if sha != nil {
+		c.PendingCreation.RequestSHA256 = buf[len(s.Payload):n:n]
+		copy(c.PendingCreation.RequestSHA256, sha)
+	}
+	return c
+}
+
+// inlineBytes is how many payload and digest bytes a read's copy holds
+// without an allocation of their own.
+const inlineBytes = 16
+
+// snapBox is a read's copy of a row, with room for its Spot type and a
+// small payload.
+type snapBox struct {
+	snap authority.Snapshot
+	spot authority.SpotTypeCapacity
+	buf  [inlineBytes]byte
+}
+
+// ready makes the view fresh enough for f and returns the state to answer
+// from: at once when it was known current within f's bound, else after a
+// consistency check. now is the wall clock a bounded-stale check read
+// (zero otherwise). fromStore is set when the caller must read the store
+// instead; rev is then the revision the check learned.
+func (v *View) ready(ctx context.Context, f Freshness) (st *state, now time.Time, rev int64, fromStore bool, err error) {
+	if err := v.err(); err != nil {
+		return nil, now, 0, false, err
+	}
+	if f.MaxStaleness > 0 {
+		if fresh := v.freshAt.Load(); fresh != nil {
+			now = time.Now()
+			if now.Sub(*fresh) <= f.MaxStaleness {
+				return v.cur.Load(), now, 0, false, nil
+			}
+		}
 	}
 	rev, start, err := v.flights.revision(ctx)
 	if err != nil {
-		return 0, false, err
+		return nil, now, 0, false, err
 	}
-	if noProgress {
-		return rev, true, nil
+	if v.noProgress.Load() {
+		return nil, now, rev, true, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, v.maxWait)
 	defer cancel()
 	err = v.waitApplied(wctx, rev)
 	switch {
 	case err == nil:
-		v.mu.Lock()
-		if start.After(v.freshAt) {
-			v.freshAt = start
-		}
-		v.mu.Unlock()
-		return rev, false, nil
+		v.markFresh(start)
+		return v.cur.Load(), time.Time{}, rev, false, nil
 	case ctx.Err() != nil:
-		return 0, false, ctx.Err()
+		return nil, now, 0, false, ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, authority.ErrUnsupportedServer):
-		return rev, true, nil
+		return nil, now, rev, true, nil
 	}
-	return 0, false, err
+	return nil, now, 0, false, err
+}
+
+// markFresh records that the view was current at start, unless it is
+// known current at a later time.
+func (v *View) markFresh(start time.Time) {
+	for {
+		old := v.freshAt.Load()
+		if old != nil && !start.After(*old) {
+			return
+		}
+		if v.freshAt.CompareAndSwap(old, &start) {
+			return
+		}
+	}
 }
 
 // waitApplied waits until the view applied rev, asking the feed for
@@ -310,16 +437,16 @@ func (v *View) ready(ctx context.Context, f Freshness) (rev int64, fromStore boo
 func (v *View) waitApplied(ctx context.Context, rev int64) error {
 	var asked time.Time
 	for {
-		v.mu.RLock()
-		applied, ch, err, noProgress := v.applied, v.changed, v.err, v.noProgress
-		v.mu.RUnlock()
-		if err != nil {
+		v.mu.Lock()
+		ch := v.changed
+		v.mu.Unlock()
+		if err := v.err(); err != nil {
 			return err
 		}
-		if applied >= rev {
+		if v.cur.Load().applied >= rev {
 			return nil
 		}
-		if noProgress {
+		if v.noProgress.Load() {
 			return authority.ErrUnsupportedServer
 		}
 		if time.Since(asked) > progressRetry {
@@ -332,6 +459,9 @@ func (v *View) waitApplied(ctx context.Context, rev int64) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if err := v.err(); err != nil {
+				return err
+			}
 			return ctx.Err()
 		}
 		t.Stop()
@@ -357,8 +487,8 @@ func (v *View) requestProgress(ctx context.Context, rev int64) {
 	v.askedRev, v.askedAt = max(v.askedRev, rev), time.Now()
 	v.feedMu.Unlock()
 	if err := feed.RequestProgress(ctx); errors.Is(err, authority.ErrUnsupportedServer) {
+		v.noProgress.Store(true)
 		v.mu.Lock()
-		v.noProgress = true
 		v.signal()
 		v.mu.Unlock()
 	}

@@ -47,7 +47,10 @@ var _ authority.RowFeed = (*Store)(nil)
 const feedListAttempts = 3
 
 // WatchRows opens a feed of the rows under req.Prefix (authority.RowFeed).
-// The feed ends when ctx ends, on Close, or when the store closes.
+// The feed ends when ctx ends, on Close, or when the store closes; Close
+// (and a WatchRows that fails) releases its gRPC watch stream. It watches
+// on a clientv3.Watcher of its own on Config.Client's connection: a Watcher
+// wrapper set on that client does not apply to feeds.
 func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (authority.Feed, error) {
 	if err := authority.ValidateFeedRequest(req); err != nil {
 		return nil, err
@@ -74,18 +77,40 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 		f.pos = rev
 		f.pending = append(f.pending, authority.FeedBatch{Kind: authority.FeedProgress, Revision: rev})
 	}
+	if err := f.watch(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// watch opens the feed's watch on a watcher of its own. clientv3 keeps a
+// gRPC watch stream whose Watch call's context ended before the stream took
+// the request (and one a progress request opens after the watch ended)
+// until its watcher closes: a watcher per feed, closed with the feed, the
+// store, or a failed open, releases every stream the feed opened.
+func (f *etcdFeed) watch(ctx context.Context) error {
+	s := f.s
+	f.watcher = clientv3.NewWatcher(s.client)
 	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "authority-feed", uuid.NewString())
 	f.wctx, f.cancel = context.WithCancel(wctx)
-	f.stopLife = context.AfterFunc(s.life, f.cancel)
+	f.stopLife = context.AfterFunc(s.life, f.release)
 	opts := []clientv3.OpOption{clientv3.WithRange(prefixEnd(f.from)), clientv3.WithRev(f.pos + 1)}
-	if reliable {
+	if f.reliable {
 		// Before the fixes a progress notification can run ahead of events
 		// the watch has not sent, and the client resumes a broken stream
 		// after it: no notifications on such a server.
 		opts = append(opts, clientv3.WithProgressNotify())
 	}
-	f.wch = s.client.Watch(f.wctx, f.from, opts...)
-	return f, nil
+	f.wch = f.watcher.Watch(f.wctx, f.from, opts...)
+	if err := ctx.Err(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if s.life.Err() != nil {
+		_ = f.Close()
+		return authority.ErrClosed
+	}
+	return nil
 }
 
 // FeedRevision returns the store's current revision, read linearizably with
@@ -144,6 +169,7 @@ type etcdFeed struct {
 	reliable bool
 	keepBad  bool // FeedRequest.KeepUndecodable
 
+	watcher  clientv3.Watcher // the feed's own (see watch)
 	wctx     context.Context
 	cancel   context.CancelFunc
 	stopLife func() bool

@@ -2,11 +2,18 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
@@ -82,4 +89,61 @@ func TestFeedCompactRevision(t *testing.T) {
 	require.Greater(t, oldest, put.Header.Revision)
 	_, ok = etcdstore.FeedCompactRevision(authority.ErrCorrupt)
 	require.False(t, ok)
+}
+
+// TestFeedShortDeadlinesReleaseStreams opens feeds with deadlines of 0–5 ms,
+// so that many end while WatchRows opens the watch, and closes each: every
+// gRPC watch stream (counted at the embedded server) and every goroutine
+// they started is released, while the client stays open.
+func TestFeedShortDeadlinesReleaseStreams(t *testing.T) {
+	s := newStore(t, nil, etcdstore.Config{})
+	// the store's own watches are open (at the server too) once a feed was
+	warm, err := s.WatchRows(context.Background(), authority.FeedRequest{})
+	require.NoError(t, err)
+	require.NoError(t, warm.Close())
+	streams, counted := etcdtest.WatchStreams()
+	baseline := goleak.IgnoreCurrent()
+	ended, opened := 0, 0
+	bound := time.Now().Add(2 * time.Minute)
+	for i := 0; i < 200 || ended < 50 || opened < 20; i++ {
+		require.True(t, time.Now().Before(bound), "after %d opens: %d ended by their deadline, %d opened", i, ended, opened)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%6)*time.Millisecond)
+		req := authority.FeedRequest{Prefix: "actor/", List: i%2 == 0}
+		f, err := s.WatchRows(ctx, req)
+		if err == nil {
+			opened++
+			_, err = f.Next(ctx)
+			// a progress request after the watch ended opens a stream again
+			_ = f.RequestProgress(context.Background())
+			require.NoError(t, f.Close())
+		}
+		if err != nil {
+			// gRPC may time the request out a moment before ctx's timer fires
+			require.True(t, ctx.Err() != nil || status.Code(errors.Unwrap(err)) == codes.DeadlineExceeded ||
+				strings.Contains(err.Error(), "DeadlineExceeded"), "a feed failed, not by its deadline: %v", err)
+			ended++
+		}
+		cancel()
+	}
+	t.Logf("%d opens ended by their deadline, %d opened", ended, opened)
+	requireSettled(t, baseline, streams, counted)
+}
+
+// requireSettled waits (a bounded time) until the goroutines started since
+// baseline ended and the embedded servers serve at most streams watch
+// streams (when counted).
+func requireSettled(t *testing.T, baseline goleak.Option, streams int, counted bool) {
+	t.Helper()
+	bound := time.Now().Add(time.Minute)
+	for {
+		now, _ := etcdtest.WatchStreams()
+		err := goleak.Find(baseline)
+		if err == nil && (!counted || now <= streams) {
+			return
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("watch streams %d (before: %d, counted: %v); goroutines: %v", now, streams, counted, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

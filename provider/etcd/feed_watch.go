@@ -111,22 +111,30 @@ func (f *etcdFeed) RequestProgress(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := f.s.client.RequestProgress(f.wctx); err != nil {
+	if err := f.watcher.RequestProgress(f.wctx); err != nil {
 		return f.ended(err)
 	}
 	return nil
 }
 
-// Close ends the feed (authority.Feed).
+// Close ends the feed (authority.Feed) and waits until its watcher released
+// its gRPC streams.
 func (f *etcdFeed) Close() error {
 	f.closeOnce.Do(func() {
 		f.mu.Lock()
 		f.closed = true
 		f.mu.Unlock()
-		f.cancel()
 		f.stopLife()
+		f.release()
 	})
 	return nil
+}
+
+// release ends the feed's watch and closes its watcher (on Close, or when
+// the store closes).
+func (f *etcdFeed) release() {
+	f.cancel()
+	_ = f.watcher.Close()
 }
 
 func (f *etcdFeed) isClosed() bool {
