@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 )
@@ -253,8 +254,8 @@ func (s *Store) versionSkew() error {
 
 // announceOwnerLease puts this process's announcement under an owner's
 // etcd lease, in the Txn that writes the owner's liveness key on it.
-func (s *Store) announceOwnerLease(t *txn, lease clientv3.LeaseID) {
-	t.put(s.keys.Announcement(int64(lease)), s.version.announcement, clientv3.WithLease(lease))
+func (s *Store) announceOwnerLease(t *txnkit.Txn, lease clientv3.LeaseID) {
+	t.Put(s.keys.Announcement(int64(lease)), s.version.announcement, clientv3.WithLease(lease))
 }
 
 // closeVersion stops following the version and revokes the store's
