@@ -175,15 +175,14 @@ func (s *Store) announce(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, mapError(err, false)
 	}
-	resp, err := s.kv.Txn(ctx).Then(
-		clientv3.OpPut(s.keys.Announcement(int64(grant.ID)), s.version.announcement, clientv3.WithLease(grant.ID)),
-		clientv3.OpGet(s.keys.ActiveVersion()),
-	).Commit()
+	ops := []clientv3.Op{clientv3.OpPut(s.keys.Announcement(int64(grant.ID)), s.version.announcement, clientv3.WithLease(grant.ID))}
+	ops, activeAt := txnkit.AddRead(ops, clientv3.OpGet(s.keys.ActiveVersion()))
+	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		s.revokeDetached(ctx, grant.ID)
 		return 0, mapError(err, true)
 	}
-	if err := s.learnVersion(firstKV(resp.Responses[1].GetResponseRange())); err != nil {
+	if err := s.learnVersion(firstKV(activeAt.In(resp))); err != nil {
 		s.revokeDetached(ctx, grant.ID)
 		return 0, err
 	}
