@@ -34,7 +34,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 
 // TestLinearizableUnderFaultsBatched is the same with the 8 clients sharing
 // one store that keeps one Txn in flight, so that their writes of distinct
-// keys are sent merged (writewritebatch.go in provider/etcd).
+// keys are sent merged (provider/etcd/internal/txnkit/batch.go).
 func TestLinearizableUnderFaultsBatched(t *testing.T) {
 	c, cli := startCluster(t, etcdcluster.Options{})
 	const ns = "/faults/lin-batched/"

@@ -9,6 +9,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,7 +69,7 @@ type aggregatePrepare struct {
 
 // preparedTxn is an attempt's Txn and what its failure is judged by.
 type preparedTxn struct {
-	t          *txn
+	t          *txnkit.Txn
 	expiredRev int64           // the expired record it replaces (0: none)
 	liveSeen   map[string]bool // the preserve participants' owners' liveness keys
 }
@@ -95,16 +96,16 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 	if err != nil {
 		return nil, err
 	}
-	pt := preparedTxn{t: &txn{}, liveSeen: map[string]bool{}}
+	pt := preparedTxn{t: &txnkit.Txn{}, liveSeen: map[string]bool{}}
 	if out, err := p.recordDecides(got, &pt); err != nil || out != nil {
 		return out, err
 	}
 	if got[p.liveKey] == nil {
 		return p.conflict(), nil
 	}
-	pt.t.cmp(modRevIs(p.aggKey, pt.expiredRev))
-	pt.t.orGet(p.aggKey) // the record decides first: read it on failure
-	pt.t.cmp(s.liveCmp(p.req.TargetDescriptor, p.req.TargetDescriptorLifecycleGeneration, p.req.TargetOwner))
+	pt.t.Cmp(modRevIs(p.aggKey, pt.expiredRev))
+	pt.t.OrGet(p.aggKey) // the record decides first: read it on failure
+	pt.t.Cmp(s.liveCmp(p.req.TargetDescriptor, p.req.TargetDescriptorLifecycleGeneration, p.req.TargetOwner))
 	if policy != nil {
 		u, epoch, ok, err := s.usageAt(ctx, resp, ur)
 		if err != nil || !ok {
@@ -124,7 +125,7 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 
 // recordDecides answers from a live record already at the fence, or notes
 // the expired one the prepare replaces.
-func (p *aggregatePrepare) recordDecides(got keyedReads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
+func (p *aggregatePrepare) recordDecides(got txnkit.Reads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
 	kv := got[p.aggKey]
 	if kv == nil {
 		return nil, nil
@@ -149,7 +150,7 @@ func (p *aggregatePrepare) recordDecides(got keyedReads, pt *preparedTxn) (*auth
 // addParticipants fences every participant's row (and a preserve
 // participant's owner's liveness) and writes the prepared record and the
 // target's reserved capacity.
-func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
+func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
 	s, t := p.s, pt.t
 	source := authority.CapacityVector{}
 	left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
@@ -161,14 +162,14 @@ func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*au
 		if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != part.ExpectedStoreVersion {
 			return p.conflict(), nil
 		}
-		t.cmp(modRevIs(s.keys.Row(part.AuthorityKey), r.ModRev))
+		t.Cmp(modRevIs(s.keys.Row(part.AuthorityKey), r.ModRev))
 		if part.OwnerTransition == authority.TransitionPreserve {
 			// the owner must be live: fenced in the Txn, read on failure
 			lk := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
 			if !pt.liveSeen[lk] {
 				pt.liveSeen[lk] = true
-				t.cmp(s.rowOwnerLive(r))
-				t.orGet(lk, clientv3.WithKeysOnly())
+				t.Cmp(s.rowOwnerLive(r))
+				t.OrGet(lk, clientv3.WithKeysOnly())
 			}
 			continue
 		}
@@ -189,10 +190,10 @@ func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*au
 	if !source.Equal(p.req.Capacity) {
 		return p.conflict(), nil
 	}
-	t.put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
+	t.Put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
 	reserved := p.target
 	reserved.State = authority.AllocationReserved
-	t.put(s.keys.CapacityAggregate(reserved, p.fence), schema.EncodeCapacityEntry(reserved.State, p.req.Capacity))
+	t.Put(s.keys.CapacityAggregate(reserved, p.fence), schema.EncodeCapacityEntry(reserved.State, p.req.Capacity))
 	s.touchCapacity(t, reserved)
 	return nil, nil
 }
@@ -205,10 +206,10 @@ func (p *aggregatePrepare) send(ctx context.Context, pt preparedTxn) (*authority
 		return nil, err
 	}
 	if tresp.Succeeded {
-		s.aggs.put(p.aggKey, knownAggregate{&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
+		s.aggs.Put(p.aggKey, knownAggregate{&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
 		return &authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: p.fence}, nil
 	}
-	failed := readsOf(tresp)
+	failed := txnkit.ReadsOf(tresp)
 	if recordRev(failed[p.aggKey]) != pt.expiredRev {
 		// the record was written (or its expired one removed) since the
 		// read: it decides before any liveness, as the contract reads it
@@ -238,10 +239,10 @@ func recordRev(kv *mvccpbKV) int64 {
 // client's receive limit it reads them apart, in parts (readInParts: each
 // row is then fenced on its own ModRevision, so they need not share the
 // revision of first).
-func (s *Store) readWithRows(ctx context.Context, first, gets []clientv3.Op) (*clientv3.TxnResponse, keyedReads, error) {
+func (s *Store) readWithRows(ctx context.Context, first, gets []clientv3.Op) (*clientv3.TxnResponse, txnkit.Reads, error) {
 	resp, err := s.read(ctx, append(slices.Clip(first), gets...)...)
 	if err == nil {
-		return resp, readsOf(resp), nil
+		return resp, txnkit.ReadsOf(resp), nil
 	}
 	if !etcdpage.TooLarge(err) {
 		return nil, nil, err
@@ -253,7 +254,7 @@ func (s *Store) readWithRows(ctx context.Context, first, gets []clientv3.Op) (*c
 	if err != nil {
 		return nil, nil, err
 	}
-	got := readsOf(resp)
+	got := txnkit.ReadsOf(resp)
 	maps.Copy(got, rows)
 	return resp, got, nil
 }
@@ -263,14 +264,14 @@ func (s *Store) readWithRows(ctx context.Context, first, gets []clientv3.Op) (*c
 // sourceNodes node lifecycles (each a capacity epoch the commit touches).
 func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourceNodes int) error {
 	n := len(req.Participants)
-	commit := &txn{bytes: 4096}
-	prepare := &txn{bytes: 4096}
+	commit := &txnkit.Txn{Bytes: 4096}
+	prepare := &txnkit.Txn{Bytes: 4096}
 	for i := 0; i < n; i++ {
 		p := req.Participants[i]
 		// the commit rewrites the row with its payload, and its capacity
 		// entry and owner index; the prepare compares the row
-		commit.bytes += len(s.keys.Row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.Namespace())+len(p.AuthorityKey)+200)
-		prepare.bytes += len(s.keys.Row(p.AuthorityKey)) + 2*opOverhead
+		commit.Bytes += len(s.keys.Row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.Namespace())+len(p.AuthorityKey)+200)
+		prepare.Bytes += len(s.keys.Row(p.AuthorityKey)) + 2*txnkit.OpOverhead
 	}
 	// the prepare puts the prepared record, which holds every payload and
 	// membership mutation; the commit puts the finished one, which holds
@@ -278,23 +279,23 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 	fence := authority.Fence{AggregateID: req.AggregateID, AggregateGeneration: req.AggregateGeneration}
 	prepared := &schema.AggregateRecord{State: schema.AggregatePrepared, Request: *req}
 	finished := &schema.AggregateRecord{State: schema.AggregateCommitted, Request: withoutPayloads(req), ExpiresAt: s.clock.Now().Add(s.retention)}
-	key := len(s.keys.Aggregate(fence)) + opOverhead
-	prepare.bytes += key + len(prepared.Encode())
-	commit.bytes += key + len(finished.Encode())
+	key := len(s.keys.Aggregate(fence)) + txnkit.OpOverhead
+	prepare.Bytes += key + len(prepared.Encode())
+	commit.Bytes += key + len(finished.Encode())
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
 	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
 	prepareOps := 2*n + 3
 	for _, c := range []struct {
-		t   *txn
+		t   *txnkit.Txn
 		ops int
 	}{{commit, commitOps}, {prepare, prepareOps}} {
 		if c.ops > s.maxOps {
-			return limitError(flagMaxTxnOps, "an aggregate of "+itoa(int64(n))+" participants needs up to "+itoa(int64(c.ops))+
+			return txnkit.LimitError(txnkit.FlagMaxTxnOps, "an aggregate of "+itoa(int64(n))+" participants needs up to "+itoa(int64(c.ops))+
 				" operations in one transaction, more than "+itoa(int64(s.maxOps))+"; it", nil)
 		}
-		if c.t.bytes > s.maxBytes {
-			return limitError(flagMaxRequestBytes, "the aggregate needs a request of about "+itoa(int64(c.t.bytes))+
+		if c.t.Bytes > s.maxBytes {
+			return txnkit.LimitError(txnkit.FlagMaxRequestBytes, "the aggregate needs a request of about "+itoa(int64(c.t.Bytes))+
 				" bytes, more than "+itoa(int64(s.maxBytes))+"; it", nil)
 		}
 	}
@@ -308,7 +309,7 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 // prepare the same fence anew.
 func (s *Store) loadAggregate(ctx context.Context, fence authority.Fence) (rec *schema.AggregateRecord, rev int64, known bool, err error) {
 	aggKey := s.keys.Aggregate(fence)
-	if k, ok := s.aggs.get(aggKey); ok && s.aggregateLive(k.rec) {
+	if k, ok := s.aggs.Get(aggKey); ok && s.aggregateLive(k.rec) {
 		return k.rec, k.rev, true, nil
 	}
 	rec, rev, err = s.readAggregate(ctx, aggKey)
@@ -321,7 +322,7 @@ func (s *Store) readAggregate(ctx context.Context, aggKey string) (*schema.Aggre
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.seenAggregate(aggKey, readsOf(resp)[aggKey])
+	return s.seenAggregate(aggKey, txnkit.ReadsOf(resp)[aggKey])
 }
 
 // seenAggregate decodes a read record kv (nil: none) and remembers it.
@@ -333,7 +334,7 @@ func (s *Store) seenAggregate(aggKey string, kv *mvccpbKV) (*schema.AggregateRec
 	if err != nil {
 		return nil, 0, err
 	}
-	s.aggs.put(aggKey, knownAggregate{rec, kv.ModRevision}, true)
+	s.aggs.Put(aggKey, knownAggregate{rec, kv.ModRevision}, true)
 	if !s.aggregateLive(rec) {
 		return nil, kv.ModRevision, nil
 	}
@@ -370,12 +371,12 @@ func withoutPayloads(req *authority.AggregatePrepareRequest) authority.Aggregate
 // sendFinished sends t plus the put of the finished record done at aggKey
 // on a lease that outlives it, and the read of aggKey in the Else (its
 // first).
-func (s *Store) sendFinished(ctx context.Context, t *txn, aggKey string, done *schema.AggregateRecord, ttl time.Duration, what string) (*clientv3.TxnResponse, error) {
+func (s *Store) sendFinished(ctx context.Context, t *txnkit.Txn, aggKey string, done *schema.AggregateRecord, ttl time.Duration, what string) (*clientv3.TxnResponse, error) {
 	var resp *clientv3.TxnResponse
 	err := s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
-		tt := t.clone()
-		tt.put(aggKey, done.Encode(), clientv3.WithLease(ids[0]))
-		tt.orGet(aggKey)
+		tt := t.Clone()
+		tt.Put(aggKey, done.Encode(), clientv3.WithLease(ids[0]))
+		tt.OrGet(aggKey)
 		var err error
 		resp, err = s.sendWrite(ctx, tt, what)
 		return err
@@ -433,7 +434,7 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 	if !tresp.Succeeded {
 		return s.aggregateCommitFailed(ctx, aggKey, tresp, rev, known)
 	}
-	s.aggs.put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
+	s.aggs.Put(aggKey, knownAggregate{done, tresp.Header.Revision}, true)
 	tokens := map[authority.Key]int64{}
 	for i, n := range next {
 		n.Written(tresp.Header.Revision)
@@ -472,7 +473,7 @@ func (s *Store) commitRows(ctx context.Context, aggKey string, rec *schema.Aggre
 	if err != nil {
 		return nil, nil, err
 	}
-	got := readsOf(rresp)
+	got := txnkit.ReadsOf(rresp)
 	if known {
 		cur, curRev, err := s.seenAggregate(aggKey, got[aggKey])
 		if err != nil {
@@ -495,15 +496,15 @@ func (s *Store) commitRows(ctx context.Context, aggKey string, rec *schema.Aggre
 // rewritten (a newOwner row moved to the target, with its capacity entry
 // and owner index). It returns nil when a row is not as prepared (stale),
 // and the rows as written (their revision is the Txn's).
-func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord, rev int64, rows []*schema.Row) (*txn, []*schema.Row) {
+func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord, rev int64, rows []*schema.Row) (*txnkit.Txn, []*schema.Row) {
 	req := &rec.Request
-	t := &txn{}
-	t.cmp(modRevIs(aggKey, rev))
+	t := &txnkit.Txn{}
+	t.Cmp(modRevIs(aggKey, rev))
 	liveSeen := map[string]bool{}
 	live := func(node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken) {
 		if k := s.keys.Liveness(node, lifecycle, owner); !liveSeen[k] {
 			liveSeen[k] = true
-			t.cmp(s.liveCmp(node, lifecycle, owner))
+			t.Cmp(s.liveCmp(node, lifecycle, owner))
 		}
 	}
 	next := make([]*schema.Row, len(rows))
@@ -513,13 +514,13 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 			return nil, nil
 		}
 		rowKey := s.keys.Row(p.AuthorityKey)
-		t.cmp(modRevIs(rowKey, r.ModRev))
+		t.Cmp(modRevIs(rowKey, r.ModRev))
 		n := r.Next(0)
 		n.Payload = append([]byte(nil), p.AuthorityPayload...)
 		next[i] = n
 		if p.OwnerTransition != authority.TransitionNewOwner {
 			live(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
-			t.put(rowKey, n.Encode())
+			t.Put(rowKey, n.Encode())
 			continue
 		}
 		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
@@ -527,14 +528,14 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 	}
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
-	t.del(s.keys.CapacityAggregate(reserved, req.Fence()))
+	t.Del(s.keys.CapacityAggregate(reserved, req.Fence()))
 	s.touchCapacity(t, reserved)
 	return t, next
 }
 
 // moveToTarget writes n, the row r at rowKey moved to req's target owner and node: the
 // row, its capacity entry and its owner index entry.
-func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *schema.Row) {
+func (s *Store) moveToTarget(t *txnkit.Txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *schema.Row) {
 	n.Owner = req.TargetOwner
 	n.Alloc = r.Alloc.Clone()
 	n.Alloc.Descriptor = req.TargetDescriptor
@@ -546,16 +547,16 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 		// owner already: it keeps its token
 		n.Token = 0
 	}
-	t.put(rowKey, n.Encode())
+	t.Put(rowKey, n.Encode())
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
-		t.del(oldCap)
-		t.put(newCap, schema.EncodeCapacityEntry(n.Alloc.State, n.Alloc.Capacity))
+		t.Del(oldCap)
+		t.Put(newCap, schema.EncodeCapacityEntry(n.Alloc.State, n.Alloc.Capacity))
 		s.touchCapacity(t, r.Alloc)
 		s.touchCapacity(t, n.Alloc)
 	}
 	if oldIdx, newIdx := s.keys.OwnerRow(r.Owner, r.Key), s.keys.OwnerRow(n.Owner, r.Key); oldIdx != newIdx {
-		t.del(oldIdx)
-		t.put(newIdx, "")
+		t.Del(oldIdx)
+		t.Put(newIdx, "")
 	}
 }
 
@@ -563,7 +564,7 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 // in etcd decides, not the one this store remembered (another store may
 // have aborted it and prepared the fence anew).
 func (s *Store) aggregateCommitFailed(ctx context.Context, aggKey string, tresp *clientv3.TxnResponse, rev int64, known bool) (authority.CommitAggregateResult, error) {
-	fresh, freshRev, err := s.seenAggregate(aggKey, readsOf(tresp)[aggKey])
+	fresh, freshRev, err := s.seenAggregate(aggKey, txnkit.ReadsOf(tresp)[aggKey])
 	switch {
 	case err != nil:
 		return authority.CommitAggregateResult{}, err
@@ -605,22 +606,22 @@ func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *
 		return stale, nil
 	}
 	aggKey := s.keys.Aggregate(fence)
-	t := &txn{}
-	t.cmp(modRevIs(aggKey, rev))
+	t := &txnkit.Txn{}
+	t.Cmp(modRevIs(aggKey, rev))
 	aborted, ttl := s.finished(rec, schema.AggregateAborted)
 	reserved := rec.Request.TargetAllocation()
 	reserved.State = authority.AllocationReserved
-	t.del(s.keys.CapacityAggregate(reserved, fence))
+	t.Del(s.keys.CapacityAggregate(reserved, fence))
 	s.touchCapacity(t, reserved)
 	resp, err := s.sendFinished(ctx, t, aggKey, aborted, ttl, "the aggregate abort")
 	if err != nil {
 		return authority.AbortAggregateResult{}, err
 	}
 	if resp.Succeeded {
-		s.aggs.put(aggKey, knownAggregate{aborted, resp.Header.Revision}, true)
+		s.aggs.Put(aggKey, knownAggregate{aborted, resp.Header.Revision}, true)
 		return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
 	}
-	cur, curRev, err := s.seenAggregate(aggKey, readsOf(resp)[aggKey])
+	cur, curRev, err := s.seenAggregate(aggKey, txnkit.ReadsOf(resp)[aggKey])
 	switch {
 	case err != nil:
 		return authority.AbortAggregateResult{}, err

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 )
@@ -174,15 +175,14 @@ func (s *Store) announce(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, mapError(err, false)
 	}
-	resp, err := s.kv.Txn(ctx).Then(
-		clientv3.OpPut(s.keys.Announcement(int64(grant.ID)), s.version.announcement, clientv3.WithLease(grant.ID)),
-		clientv3.OpGet(s.keys.ActiveVersion()),
-	).Commit()
+	ops := []clientv3.Op{clientv3.OpPut(s.keys.Announcement(int64(grant.ID)), s.version.announcement, clientv3.WithLease(grant.ID))}
+	ops, activeAt := txnkit.AddRead(ops, clientv3.OpGet(s.keys.ActiveVersion()))
+	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		s.revokeDetached(ctx, grant.ID)
 		return 0, mapError(err, true)
 	}
-	if err := s.learnVersion(firstKV(resp.Responses[1].GetResponseRange())); err != nil {
+	if err := s.learnVersion(firstKV(activeAt.In(resp))); err != nil {
 		s.revokeDetached(ctx, grant.ID)
 		return 0, err
 	}
@@ -253,8 +253,8 @@ func (s *Store) versionSkew() error {
 
 // announceOwnerLease puts this process's announcement under an owner's
 // etcd lease, in the Txn that writes the owner's liveness key on it.
-func (s *Store) announceOwnerLease(t *txn, lease clientv3.LeaseID) {
-	t.put(s.keys.Announcement(int64(lease)), s.version.announcement, clientv3.WithLease(lease))
+func (s *Store) announceOwnerLease(t *txnkit.Txn, lease clientv3.LeaseID) {
+	t.Put(s.keys.Announcement(int64(lease)), s.version.announcement, clientv3.WithLease(lease))
 }
 
 // closeVersion stops following the version and revokes the store's

@@ -352,7 +352,7 @@ func benchReserveCommitWith(b *testing.B, c *clientv3.Client, clients int, edit 
 }
 
 // reportBatching reports the writes per write Txn of s since since
-// (writebatch.go): 1 when nothing was merged.
+// (internal/txnkit/batch.go): 1 when nothing was merged.
 func reportBatching(b *testing.B, s *etcdstore.Store, since etcdstore.WriteStats) {
 	st := s.WriteStats()
 	txns := st.Txns - since.Txns

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,8 +51,8 @@ func (s *Store) capacityRangeOp(node authority.NodeDescriptor, lifecycle int64) 
 // capacityKvs returns every capacity entry of a node lifecycle at resp's
 // revision: the response of the capacityRangeOp read h and, when it was cut
 // at capacityPage, the following pages read at the same revision.
-func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h rangeRead, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
-	r := h.in(resp)
+func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h txnkit.RangeRead, node authority.NodeDescriptor, lifecycle int64) ([]*mvccpb.KeyValue, error) {
+	r := h.In(resp)
 	if !r.More || len(r.Kvs) == 0 {
 		return r.Kvs, nil
 	}
@@ -82,15 +83,15 @@ func (s *Store) capacityKvs(ctx context.Context, resp *clientv3.TxnResponse, h r
 //
 // A Txn so fenced is sent alone, never merged with writes that may touch the
 // same epoch.
-func (s *Store) fenceCapacity(t *txn, node authority.NodeDescriptor, lifecycle int64, epoch int64) {
-	t.cmp(modRevIs(s.keys.CapacityEpoch(node, lifecycle), epoch))
-	t.alone = true
+func (s *Store) fenceCapacity(t *txnkit.Txn, node authority.NodeDescriptor, lifecycle int64, epoch int64) {
+	t.Cmp(modRevIs(s.keys.CapacityEpoch(node, lifecycle), epoch))
+	t.Alone = true
 }
 
 // touchCapacity records in t that it changes a capacity entry of alloc's
 // node lifecycle.
-func (s *Store) touchCapacity(t *txn, alloc authority.PlacementAllocation) {
-	t.touch(s.keys.CapacityEpoch(alloc.Descriptor, alloc.DescriptorLifecycleGeneration))
+func (s *Store) touchCapacity(t *txnkit.Txn, alloc authority.PlacementAllocation) {
+	t.Touch(s.keys.CapacityEpoch(alloc.Descriptor, alloc.DescriptorLifecycleGeneration))
 }
 
 // fits asks the policy whether alloc fits next to usage.

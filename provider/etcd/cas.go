@@ -5,6 +5,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
@@ -35,17 +36,17 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		return s.conflictNow(ctx, key)
 	}
 	rowKey := s.keys.Row(key)
-	t := &txn{}
-	t.cmp(modRevIs(rowKey, cur.ModRev))
-	t.orGet(rowKey)
+	t := &txnkit.Txn{}
+	t.Cmp(modRevIs(rowKey, cur.ModRev))
+	t.OrGet(rowKey)
 	next := cur.Next(0)
 	switch m.Kind {
 	case authority.MutationDelete:
-		t.cmp(s.rowOwnerLive(cur))
-		t.del(rowKey)
-		t.del(s.keys.CapacityRow(cur.Alloc, key))
+		t.Cmp(s.rowOwnerLive(cur))
+		t.Del(rowKey)
+		t.Del(s.keys.CapacityRow(cur.Alloc, key))
 		s.touchCapacity(t, cur.Alloc)
-		t.del(s.keys.OwnerRow(cur.Owner, key))
+		t.Del(s.keys.OwnerRow(cur.Owner, key))
 	case authority.MutationRebindOwnerLease:
 		if m.ExpectedOwner != cur.Owner {
 			return s.conflictNow(ctx, key)
@@ -53,28 +54,28 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		next.Owner = m.TargetOwner
 		next.Token = 0 // a new owner lease: resolved to this write's revision
 		next.Payload = m.Payload
-		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, m.TargetOwner))
-		t.put(rowKey, next.Encode())
-		t.del(s.keys.OwnerRow(cur.Owner, key))
-		t.put(s.keys.OwnerRow(next.Owner, key), "")
+		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, m.TargetOwner))
+		t.Put(rowKey, next.Encode())
+		t.Del(s.keys.OwnerRow(cur.Owner, key))
+		t.Put(s.keys.OwnerRow(next.Owner, key), "")
 	case authority.MutationRestore:
 		if m.ExpectedOwner != cur.Owner {
 			return s.conflictNow(ctx, key)
 		}
 		next.Payload = m.Payload
-		t.put(rowKey, next.Encode())
+		t.Put(rowKey, next.Encode())
 	default: // put
-		t.cmp(s.rowOwnerLive(cur))
+		t.Cmp(s.rowOwnerLive(cur))
 		next.Payload = m.Payload
 		s.pretendWrite(t, cur, next)
-		t.put(rowKey, next.Encode())
+		t.Put(rowKey, next.Encode())
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {
 		return authority.CompareExchangeResult{}, err
 	}
 	if !resp.Succeeded {
-		r, err := s.rowIn(readsOf(resp), key)
+		r, err := s.rowIn(txnkit.ReadsOf(resp), key)
 		if err != nil {
 			return authority.CompareExchangeResult{}, err
 		}

@@ -6,6 +6,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -46,25 +47,25 @@ func (s *Store) reservationRecord(state string) (schema.ReservationTerminal, tim
 // activate writes the reserved row cur as active with payload, turning its
 // capacity entry from reserved to active, into t; it returns the new row
 // (without its revision).
-func (s *Store) activate(t *txn, cur *schema.Row, payload []byte) *schema.Row {
+func (s *Store) activate(t *txnkit.Txn, cur *schema.Row, payload []byte) *schema.Row {
 	next := cur.Next(0)
 	next.Alloc = cur.Alloc.Clone()
 	next.Alloc.State = authority.AllocationActive
 	next.Pending = nil
 	next.Payload = append([]byte(nil), payload...)
-	t.put(s.keys.Row(cur.Key), next.Encode())
-	t.put(s.keys.CapacityRow(next.Alloc, cur.Key), schema.EncodeCapacityEntry(next.Alloc.State, next.Alloc.Capacity))
+	t.Put(s.keys.Row(cur.Key), next.Encode())
+	t.Put(s.keys.CapacityRow(next.Alloc, cur.Key), schema.EncodeCapacityEntry(next.Alloc.State, next.Alloc.Capacity))
 	s.touchCapacity(t, next.Alloc)
 	return next
 }
 
 // dropReserved deletes the reserved row cur, its capacity and owner index
 // entries, into t.
-func (s *Store) dropReserved(t *txn, cur *schema.Row) {
-	t.del(s.keys.Row(cur.Key))
-	t.del(s.keys.CapacityRow(cur.Alloc, cur.Key))
+func (s *Store) dropReserved(t *txnkit.Txn, cur *schema.Row) {
+	t.Del(s.keys.Row(cur.Key))
+	t.Del(s.keys.CapacityRow(cur.Alloc, cur.Key))
 	s.touchCapacity(t, cur.Alloc)
-	t.del(s.keys.OwnerRow(cur.Owner, cur.Key))
+	t.Del(s.keys.OwnerRow(cur.Owner, cur.Key))
 }
 
 // commitReservation turns a reserved Spot into an active one: one Txn when the
@@ -79,7 +80,7 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 	}
 	rowKey, resKey := s.keys.Row(key), s.keys.Reservation(req.ReservationID)
 	decide := func(resp *clientv3.TxnResponse) (*schema.Row, *authority.CommitResult, error) {
-		got := readsOf(resp)
+		got := txnkit.ReadsOf(resp)
 		cur, err := s.rowIn(got, key)
 		if err != nil {
 			return nil, nil, err
@@ -112,13 +113,13 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 	var resp *clientv3.TxnResponse
 	var next *schema.Row
 	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
-		t := &txn{}
-		t.cmp(modRevIs(rowKey, cur.ModRev))
-		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
+		t := &txnkit.Txn{}
+		t.Cmp(modRevIs(rowKey, cur.ModRev))
+		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
 		next = s.activate(t, cur, req.ReadyPayload)
-		t.put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
-		t.orGet(rowKey)
-		t.orGet(resKey)
+		t.Put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
+		t.OrGet(rowKey)
+		t.OrGet(resKey)
 		var err error
 		resp, err = s.sendWrite(ctx, t, "the commit")
 		return err
@@ -165,7 +166,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 		if err != nil {
 			return authority.AbortResult{}, err
 		}
-		got := readsOf(resp)
+		got := txnkit.ReadsOf(resp)
 		state, err := s.reservationState(got[resKey])
 		if err != nil {
 			return authority.AbortResult{}, err
@@ -183,11 +184,11 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 	rec, ttl := s.reservationRecord(schema.ReservationAborted)
 	var resp *clientv3.TxnResponse
 	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
-		t := &txn{}
-		t.cmp(modRevIs(rowKey, cur.ModRev))
+		t := &txnkit.Txn{}
+		t.Cmp(modRevIs(rowKey, cur.ModRev))
 		s.dropReserved(t, cur)
-		t.put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
-		t.orGet(resKey)
+		t.Put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
+		t.OrGet(resKey)
 		var err error
 		resp, err = s.sendWrite(ctx, t, "the abort")
 		return err
@@ -198,7 +199,7 @@ func (s *Store) abort(ctx context.Context, req authority.AbortRequest) (authorit
 	if resp.Succeeded {
 		return authority.AbortResult{Kind: authority.KindAborted}, nil
 	}
-	state, err := s.reservationState(readsOf(resp)[resKey])
+	state, err := s.reservationState(txnkit.ReadsOf(resp)[resKey])
 	if err != nil {
 		return authority.AbortResult{}, err
 	}
@@ -270,7 +271,7 @@ type creationCompletion struct {
 // terminal to overwrite when the completion can apply.
 func (c *creationCompletion) decide(resp *clientv3.TxnResponse, liveKey string) (*schema.Row, int64, *authority.CompleteCreationResult, error) {
 	s, req := c.s, c.req
-	got, now := readsOf(resp), s.clock.Now()
+	got, now := txnkit.ReadsOf(resp), s.clock.Now()
 	var termRev int64
 	if kv := got[c.termKey]; kv != nil {
 		existing, err := schema.DecodeTerminal(kv)
@@ -322,10 +323,10 @@ func (c *creationCompletion) send(ctx context.Context, cur *schema.Row, termRev 
 		if err := authority.ValidateTerminalExpiry(record.ExpiresAt, s.clock.Now()); err != nil {
 			return err
 		}
-		t := &txn{}
-		t.cmp(modRevIs(c.rowKey, cur.ModRev))
-		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
-		t.cmp(modRevIs(c.termKey, termRev))
+		t := &txnkit.Txn{}
+		t.Cmp(modRevIs(c.rowKey, cur.ModRev))
+		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
+		t.Cmp(modRevIs(c.termKey, termRev))
 		state := string(req.Completion.Kind)
 		if req.Completion.Kind == authority.TerminalCreated {
 			next, state = s.activate(t, cur, req.Completion.ReadyPayload), schema.ReservationCommitted
@@ -333,10 +334,10 @@ func (c *creationCompletion) send(ctx context.Context, cur *schema.Row, termRev 
 			s.dropReserved(t, cur)
 		}
 		rec, _ := s.reservationRecord(state)
-		t.put(c.resKey, rec.Encode(), clientv3.WithLease(ids[0]))
-		t.put(c.termKey, schema.EncodeTerminal(record), clientv3.WithLease(ids[1]))
+		t.Put(c.resKey, rec.Encode(), clientv3.WithLease(ids[0]))
+		t.Put(c.termKey, schema.EncodeTerminal(record), clientv3.WithLease(ids[1]))
 		for _, k := range []string{c.rowKey, c.resKey, c.termKey, liveKey} {
-			t.orGet(k)
+			t.OrGet(k)
 		}
 		var err error
 		resp, err = s.sendWrite(ctx, t, "the creation completion")
@@ -377,7 +378,7 @@ func (s *Store) readCreationTerminal(ctx context.Context, op authority.CreationO
 		return authority.TerminalReadResult{}, err
 	}
 	now := s.clock.Now()
-	kv := readsOf(resp)[s.keys.Terminal(op)]
+	kv := txnkit.ReadsOf(resp)[s.keys.Terminal(op)]
 	if kv == nil {
 		return authority.TerminalReadResult{Kind: authority.KindMissing, StoreNow: now}, nil
 	}

@@ -11,6 +11,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/provider/etcd/internal/revguard"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -36,19 +37,8 @@ import (
 // in the restored cluster), authority.ErrUnavailable when it was a read.
 var ErrClusterRegressed = revguard.ErrClusterRegressed
 
-// Flags named by ErrLimitExceeded errors.
-const (
-	flagMaxTxnOps       = "--max-txn-ops"
-	flagMaxRequestBytes = "--max-request-bytes"
-)
-
 func corrupt(key string, cause error) error {
 	return authority.Wrap(authority.ErrCorrupt, fmt.Sprintf("etcd key %q holds undecodable data", key), cause)
-}
-
-func limitError(flag, what string, cause error) error {
-	return authority.Wrap(authority.ErrLimitExceeded,
-		fmt.Sprintf("%s exceeds the etcd limit; raise the server's %s (and the store's matching Config limit)", what, flag), cause)
 }
 
 // mapError turns a client error into a typed error. write says the request
@@ -74,9 +64,9 @@ func mapError(err error, write bool) error {
 	case errors.Is(err, ErrClusterRegressed):
 		return err // typed by the regression guard
 	case errors.Is(err, rpctypes.ErrTooManyOps):
-		return limitError(flagMaxTxnOps, "the transaction", err)
+		return txnkit.LimitError(txnkit.FlagMaxTxnOps, "the transaction", err)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge):
-		return limitError(flagMaxRequestBytes, "the request", err)
+		return txnkit.LimitError(txnkit.FlagMaxRequestBytes, "the request", err)
 	case errors.Is(err, rpctypes.ErrPermissionDenied):
 		return authority.Wrap(authority.ErrAccessDenied, "etcd denied the permission: the user's role does not cover the key", err)
 	case errors.Is(err, rpctypes.ErrAuthFailed),
@@ -114,7 +104,7 @@ func mapError(err error, write bool) error {
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {
 		case codes.ResourceExhausted:
-			return limitError(flagMaxRequestBytes, "the request (or the client's MaxCallSendMsgSize)", err)
+			return txnkit.LimitError(txnkit.FlagMaxRequestBytes, "the request (or the client's MaxCallSendMsgSize)", err)
 		case codes.Unavailable:
 			// gRPC also answers Unavailable when the connection broke after
 			// the request was sent ("error reading from server: EOF"); only

@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 )
 
 // dropExpired deletes key, a record this store read at ModRevision rev and
@@ -18,12 +20,12 @@ func (s *Store) dropExpired(ctx context.Context, key string, rev int64) error {
 	if s.readOnly {
 		return nil
 	}
-	t := &txn{}
-	t.cmp(modRevIs(key, rev))
-	t.del(key)
+	t := &txnkit.Txn{}
+	t.Cmp(modRevIs(key, rev))
+	t.Del(key)
 	if err := s.check(t, "the expired record's delete"); err != nil {
 		return err
 	}
-	_, err := s.batch.commit(ctx, t)
+	_, err := s.batch.Commit(ctx, t)
 	return err
 }

@@ -10,12 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// QueuedWrites is how many writes of s wait for a Txn slot (writebatch.go).
-func QueuedWrites(s *Store) int {
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return len(s.batch.queue)
-}
+// QueuedWrites is how many writes of s wait for a Txn slot (txnkit.Batcher).
+func QueuedWrites(s *Store) int { return s.batch.Queued() }
 
 // ForgetRows empties the row cache of s, as if its rows had been evicted.
 func ForgetRows(s *Store) { s.cache = newRowCache(4096) }

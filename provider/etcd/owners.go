@@ -6,6 +6,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,10 +60,10 @@ func (s *Store) MarkLive(ctx context.Context, node authority.NodeDescriptor, lif
 
 func (s *Store) putLiveness(ctx context.Context, key string, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, lease clientv3.LeaseID) error {
 	v := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: owner.OwnerID, Lease: owner.LeaseGeneration}
-	t := &txn{}
-	t.put(key, v.Encode(), clientv3.WithLease(lease))
+	t := &txnkit.Txn{}
+	t.Put(key, v.Encode(), clientv3.WithLease(lease))
 	s.announceOwnerLease(t, lease)
-	if _, err := s.kv.Txn(ctx).Then(t.thenOps()...).Commit(); err != nil {
+	if _, err := s.kv.Txn(ctx).Then(t.ThenOps()...).Commit(); err != nil {
 		return mapError(err, true)
 	}
 	return nil

@@ -2,8 +2,11 @@
 
 package etcd
 
-import "github.com/zlink-systems/authority/provider/etcd/schema"
+import (
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+)
 
 // pretendWrite applies storeversion.NextPretend's rules to a row write: in
 // a released build there are none.
-func (s *Store) pretendWrite(*txn, *schema.Row, *schema.Row) {}
+func (s *Store) pretendWrite(*txnkit.Txn, *schema.Row, *schema.Row) {}

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,7 +56,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 		}
 		var epochs, nodes []string
 		var looks []clientv3.Op
-		var ranges []rangeRead
+		var ranges []txnkit.RangeRead
 		for _, kv := range page.Kvs {
 			node, err := s.epochNode(string(kv.Key))
 			if err != nil {
@@ -63,8 +64,8 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 				continue
 			}
 			epochs, nodes = append(epochs, string(kv.Key)), append(nodes, node)
-			var h rangeRead
-			looks, h = addRead(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+			var h txnkit.RangeRead
+			looks, h = txnkit.AddRead(looks, clientv3.OpGet(node, clientv3.WithRange(prefixEnd(node)), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
 			ranges = append(ranges, h)
 		}
 		if len(looks) > 0 {
@@ -72,22 +73,22 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 			if err != nil {
 				return pruned, err
 			}
-			t := &txn{}
+			t := &txnkit.Txn{}
 			for i, epoch := range epochs {
-				if len(ranges[i].in(held).Kvs) > 0 {
+				if len(ranges[i].In(held).Kvs) > 0 {
 					continue // the node holds capacity: its epoch stays
 				}
-				bytes := 2*len(epoch) + 2*len(nodes[i]) + 3*opOverhead
-				if len(t.then) > 0 && t.bytes+bytes > s.maxBytes {
+				bytes := 2*len(epoch) + 2*len(nodes[i]) + 3*txnkit.OpOverhead
+				if len(t.Then) > 0 && t.Bytes+bytes > s.maxBytes {
 					n, err := s.sendPrune(ctx, t)
 					if pruned += n; err != nil {
 						return pruned, err
 					}
-					t = &txn{}
+					t = &txnkit.Txn{}
 				}
 				empty := clientv3.Compare(clientv3.CreateRevision(nodes[i]), "=", 0).WithRange(prefixEnd(nodes[i]))
-				t.then = append(t.then, clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{clientv3.OpDelete(epoch)}, nil))
-				t.bytes += bytes
+				t.Then = append(t.Then, clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{clientv3.OpDelete(epoch)}, nil))
+				t.Bytes += bytes
 			}
 			n, err := s.sendPrune(ctx, t)
 			if pruned += n; err != nil {
@@ -104,8 +105,8 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 // sendPrune sends t, a Txn of nested epoch deletes (nothing when it holds
 // none), and returns how many epochs it deleted: those whose node's range
 // was still empty.
-func (s *Store) sendPrune(ctx context.Context, t *txn) (int, error) {
-	if len(t.then) == 0 {
+func (s *Store) sendPrune(ctx context.Context, t *txnkit.Txn) (int, error) {
+	if len(t.Then) == 0 {
 		return 0, nil
 	}
 	resp, err := s.sendWrite(ctx, t, "pruning capacity epochs")

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -57,7 +58,7 @@ func (s *Store) decodeRow(key authority.Key, kv *mvccpb.KeyValue) (*schema.Row, 
 }
 
 // rowIn decodes the row at key from got (nil when missing).
-func (s *Store) rowIn(got keyedReads, key authority.Key) (*schema.Row, error) {
+func (s *Store) rowIn(got txnkit.Reads, key authority.Key) (*schema.Row, error) {
 	return s.decodeRow(key, got[s.keys.Row(key)])
 }
 

@@ -7,6 +7,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -220,9 +221,9 @@ func (rb *rebinder) move(ctx context.Context, pending []*rebindRow) error {
 // owner fence: the row was read held by from (movable), so a row whose
 // owner is no longer from by the time the Txn applies fails the compare
 // and is never moved.
-func (rb *rebinder) build(pending []*rebindRow) (t *txn, n int) {
+func (rb *rebinder) build(pending []*rebindRow) (t *txnkit.Txn, n int) {
 	s, to := rb.s, rb.l.token
-	t = &txn{}
+	t = &txnkit.Txn{}
 	lives := map[string]bool{}
 	for _, p := range pending {
 		r := p.row
@@ -233,23 +234,23 @@ func (rb *rebinder) build(pending []*rebindRow) (t *txn, n int) {
 		value := next.Encode()
 		oldIdx, newIdx := s.keys.OwnerRow(rb.from, p.key), s.keys.OwnerRow(to, p.key)
 		live := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to)
-		cmps, els, bytes := 1, 1, 3*len(rowKey)+len(value)+len(oldIdx)+len(newIdx)+6*opOverhead
+		cmps, els, bytes := 1, 1, 3*len(rowKey)+len(value)+len(oldIdx)+len(newIdx)+6*txnkit.OpOverhead
 		if !lives[live] {
-			cmps, els, bytes = cmps+1, els+1, bytes+2*(len(live)+opOverhead)
+			cmps, els, bytes = cmps+1, els+1, bytes+2*(len(live)+txnkit.OpOverhead)
 		}
-		if n > 0 && (max(len(t.cmps)+cmps, len(t.then)+3, len(t.els)+els) > s.maxOps || t.bytes+bytes > s.maxBytes) {
+		if n > 0 && (max(len(t.Cmps)+cmps, len(t.Then)+3, len(t.Els)+els) > s.maxOps || t.Bytes+bytes > s.maxBytes) {
 			break
 		}
-		t.cmp(modRevIs(rowKey, r.ModRev))
-		t.orGet(rowKey)
+		t.Cmp(modRevIs(rowKey, r.ModRev))
+		t.OrGet(rowKey)
 		if !lives[live] {
 			lives[live] = true
-			t.cmp(s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to))
-			t.orGet(live, clientv3.WithKeysOnly())
+			t.Cmp(s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to))
+			t.OrGet(live, clientv3.WithKeysOnly())
 		}
-		t.put(rowKey, value)
-		t.del(oldIdx)
-		t.put(newIdx, "")
+		t.Put(rowKey, value)
+		t.Del(oldIdx)
+		t.Put(newIdx, "")
 		n++
 	}
 	return t, n
@@ -258,7 +259,7 @@ func (rb *rebinder) build(pending []*rebindRow) (t *txn, n int) {
 // send sends t, which moves batch, and returns the rows to send again: none
 // when it applied; when it did not, the rows Else read unchanged and the
 // changed rows still to move (their state now as Else read it).
-func (rb *rebinder) send(ctx context.Context, t *txn, batch []*rebindRow) (again []*rebindRow, err error) {
+func (rb *rebinder) send(ctx context.Context, t *txnkit.Txn, batch []*rebindRow) (again []*rebindRow, err error) {
 	s := rb.s
 	resp, err := s.sendWrite(ctx, t, "rebinding an owner's rows")
 	if err != nil {
@@ -268,9 +269,9 @@ func (rb *rebinder) send(ctx context.Context, t *txn, batch []*rebindRow) (again
 		rb.moved += int64(len(batch))
 		return nil, nil
 	}
-	got := readsOf(resp)
+	got := txnkit.ReadsOf(resp)
 	livePrefix, own := s.keys.LivenessPrefix(rb.l.token), s.keys.Liveness(rb.l.node, rb.l.lifecycle, rb.l.token)
-	for _, c := range t.cmps {
+	for _, c := range t.Cmps {
 		key := string(c.KeyBytes())
 		if !strings.HasPrefix(key, livePrefix) || got[key] != nil {
 			continue

@@ -9,6 +9,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,10 +91,10 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 		}
 		token := authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: gen + 1}
 		live := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: ownerID, Lease: token.LeaseGeneration}
-		t := &txn{}
-		t.cmp(modRevIs(genKey, rev))
-		t.put(genKey, schema.EncodeOwnerGeneration(token.LeaseGeneration))
-		t.put(s.keys.Liveness(node, lifecycle, token), live.Encode(), clientv3.WithLease(grant.ID))
+		t := &txnkit.Txn{}
+		t.Cmp(modRevIs(genKey, rev))
+		t.Put(genKey, schema.EncodeOwnerGeneration(token.LeaseGeneration))
+		t.Put(s.keys.Liveness(node, lifecycle, token), live.Encode(), clientv3.WithLease(grant.ID))
 		s.announceOwnerLease(t, grant.ID)
 		tresp, err := s.sendWrite(rctx, t, "the owner lease")
 		if err != nil {

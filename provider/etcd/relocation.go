@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -38,10 +39,10 @@ func (r RelocationStore) putNew(ctx context.Context, data []byte, retention time
 		ref := authority.BlobReference(newBlobReference())
 		stored := false
 		err := r.s.leases.withLeases(ctx, []time.Duration{retention}, func(ids []clientv3.LeaseID) error {
-			t := &txn{}
+			t := &txnkit.Txn{}
 			key := r.s.keys.Blob(string(ref))
-			t.cmp(modRevIs(key, 0))
-			t.put(key, value, clientv3.WithLease(ids[0]))
+			t.Cmp(modRevIs(key, 0))
+			t.Put(key, value, clientv3.WithLease(ids[0]))
 			resp, err := r.s.sendWrite(ctx, t, "the relocation blob")
 			stored = err == nil && resp.Succeeded
 			return err
@@ -79,7 +80,7 @@ func (r RelocationStore) read(ctx context.Context, ref authority.BlobReference) 
 	if err != nil {
 		return authority.BlobReadResult{}, err
 	}
-	kv := readsOf(resp)[blobKey]
+	kv := txnkit.ReadsOf(resp)[blobKey]
 	if kv == nil {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}

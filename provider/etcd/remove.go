@@ -7,6 +7,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -83,7 +84,7 @@ func (s *Store) removeIndexed(ctx context.Context, owner authority.OwnerToken, k
 			return removed, done, err
 		}
 		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
-		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.touches) > 0 {
+		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.Touches) > 0 {
 			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
@@ -105,8 +106,8 @@ func (s *Store) removeIndexed(ctx context.Context, owner authority.OwnerToken, k
 // read in got: each row, its capacity entry and its owner index entry,
 // fenced by the row's ModRevision (a stale index entry is dropped, fenced
 // the same way). n is how many rows it removes.
-func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.Key, got keyedReads) (t *txn, n int64, err error) {
-	t = &txn{}
+func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.Key, got txnkit.Reads) (t *txnkit.Txn, n int64, err error) {
+	t = &txnkit.Txn{}
 	for _, key := range keys {
 		r, err := s.rowIn(got, key)
 		if err != nil {
@@ -119,15 +120,15 @@ func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.K
 			if r != nil {
 				rev = r.ModRev
 			}
-			t.cmp(modRevIs(rowKey, rev))
-			t.del(s.keys.OwnerRow(owner, key))
+			t.Cmp(modRevIs(rowKey, rev))
+			t.Del(s.keys.OwnerRow(owner, key))
 			continue
 		}
-		t.cmp(modRevIs(rowKey, r.ModRev))
-		t.del(rowKey)
-		t.del(s.keys.CapacityRow(r.Alloc, key))
+		t.Cmp(modRevIs(rowKey, r.ModRev))
+		t.Del(rowKey)
+		t.Del(s.keys.CapacityRow(r.Alloc, key))
 		s.touchCapacity(t, r.Alloc)
-		t.del(s.keys.OwnerRow(owner, key))
+		t.Del(s.keys.OwnerRow(owner, key))
 		n++
 	}
 	return t, n, nil
@@ -138,10 +139,10 @@ func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.K
 // limit, in halves, down to one row a read (only a single row over the limit
 // is ErrLimitExceeded). The parts need not share a revision: every row read
 // is then fenced by its own ModRevision.
-func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) (keyedReads, error) {
+func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) (txnkit.Reads, error) {
 	resp, err := s.read(ctx, gets...)
 	if err == nil {
-		return readsOf(resp), nil
+		return txnkit.ReadsOf(resp), nil
 	}
 	if len(gets) == 1 || !errors.Is(err, authority.ErrLimitExceeded) || !etcdpage.TooLarge(err) {
 		return nil, err
@@ -169,8 +170,8 @@ func (s *Store) readInParts(ctx context.Context, gets []clientv3.Op) (keyedReads
 // deletes). The first attempt may itself have been applied (etcd answers
 // NOSPACE to the write that crossed the quota after applying it): the rows'
 // compares then fail and the caller reads them again.
-func deletesOnly(t *txn) *txn {
-	c := t.clone()
-	c.touches = nil
+func deletesOnly(t *txnkit.Txn) *txnkit.Txn {
+	c := t.Clone()
+	c.Touches = nil
 	return c
 }

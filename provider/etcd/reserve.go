@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
@@ -29,14 +30,14 @@ func (r *reservation) liveKey(s *Store) string {
 // is absent, the target owner is live; the row, its reserved capacity entry
 // and its owner index entry are written. Several reservations (of distinct
 // keys) can share one Txn.
-func (s *Store) addReserve(t *txn, r *reservation) {
+func (s *Store) addReserve(t *txnkit.Txn, r *reservation) {
 	rowKey := s.keys.Row(r.key)
-	t.cmp(modRevIs(rowKey, 0))
-	t.cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
-	t.put(rowKey, r.row.Encode())
-	t.put(s.keys.CapacityRow(r.row.Alloc, r.key), schema.EncodeCapacityEntry(r.row.Alloc.State, r.row.Alloc.Capacity))
+	t.Cmp(modRevIs(rowKey, 0))
+	t.Cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
+	t.Put(rowKey, r.row.Encode())
+	t.Put(s.keys.CapacityRow(r.row.Alloc, r.key), schema.EncodeCapacityEntry(r.row.Alloc.State, r.row.Alloc.Capacity))
 	s.touchCapacity(t, r.row.Alloc)
-	t.put(s.keys.OwnerRow(r.target.Owner, r.key), "")
+	t.Put(s.keys.OwnerRow(r.target.Owner, r.key), "")
 }
 
 // reserve creates a reserved row on a live target with placement capacity.
@@ -78,16 +79,16 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	}
 	// no capacity policy: nothing shared with other reservations, one Txn.
 	rowKey := s.keys.Row(key)
-	t := &txn{}
+	t := &txnkit.Txn{}
 	s.addReserve(t, res)
-	t.orGet(rowKey)
-	t.orGet(s.keys.Liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
+	t.OrGet(rowKey)
+	t.OrGet(s.keys.Liveness(tg.Descriptor(), tg.NodeLifecycleGeneration, tg.Owner))
 	resp, err := s.sendWrite(ctx, t, "the reservation")
 	if err != nil {
 		return authority.ReserveResult{}, err
 	}
 	if !resp.Succeeded {
-		cur, err := s.rowIn(readsOf(resp), key)
+		cur, err := s.rowIn(txnkit.ReadsOf(resp), key)
 		if err != nil {
 			return authority.ReserveResult{}, err
 		}

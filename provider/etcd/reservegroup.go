@@ -9,6 +9,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/etcdpage"
 	"github.com/zlink-systems/authority/internal/observe"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -114,7 +115,7 @@ func (s *Store) reserveGrouped(ctx context.Context, req authority.ReserveRequest
 		case ctx.Err() != nil && w.state == waiterQueued:
 			q.remove(w)
 			s.groups.mu.Unlock()
-			return authority.ReserveResult{}, notSentWhile(ctx.Err(), "its node's reservation batch")
+			return authority.ReserveResult{}, txnkit.NotSent(ctx.Err(), "its node's reservation batch")
 		case ctx.Err() != nil: // taken: the batch may still write it
 			s.groups.mu.Unlock()
 			return authority.ReserveResult{}, mapError(ctx.Err(), true)
@@ -180,13 +181,13 @@ type batchOutcome struct {
 	err error
 }
 
-// batchContext is a context for a batch's requests (allEnded).
+// batchContext is a context for a batch's requests (txnkit.AllEnded).
 func batchContext(batch []*reserveWaiter) (context.Context, func()) {
 	callers := make([]context.Context, len(batch))
 	for i, w := range batch {
 		callers[i] = w.ctx
 	}
-	return allEnded(callers)
+	return txnkit.AllEnded(callers)
 }
 
 // snapshotReads are the reads a batch's decision needs, in a read Txn (or a
@@ -218,7 +219,7 @@ func (s *Store) snapshotReadsFor(pending []int, batch []*reserveWaiter, fullRang
 	r := batch[pending[0]].res
 	l.ops, l.usage = s.addUsageReads(l.ops, r.row.Alloc.Descriptor, r.target.NodeLifecycleGeneration, fullRange)
 	for _, op := range l.ops {
-		l.bytes += len(op.KeyBytes()) + len(op.RangeBytes()) + opOverhead
+		l.bytes += len(op.KeyBytes()) + len(op.RangeBytes()) + txnkit.OpOverhead
 	}
 	return l
 }
@@ -299,7 +300,7 @@ type groupRun struct {
 
 // groupRound is one round's decisions.
 type groupRound struct {
-	t         *txn
+	t         *txnkit.Txn
 	decisions []decision
 	admitted  []int
 	delta     map[authority.CapacityCounter]int64
@@ -332,7 +333,7 @@ func (g *groupRun) next() bool {
 		live := g.pending[:0]
 		for _, i := range g.pending {
 			if err := g.batch[i].ctx.Err(); err != nil {
-				g.outs[i].err = notSentWhile(err, "its node's reservation batch")
+				g.outs[i].err = txnkit.NotSent(err, "its node's reservation batch")
 				continue
 			}
 			live = append(live, i)
@@ -379,9 +380,9 @@ func (g *groupRun) readSnapshot() bool {
 // builds the Txn of the admitted ones.
 func (g *groupRun) decide(u nodeUsage) groupRound {
 	s, policy := g.s, g.s.capacityPolicy()
-	r := groupRound{t: &txn{}, decisions: make([]decision, len(g.batch)), delta: map[authority.CapacityCounter]int64{}}
+	r := groupRound{t: &txnkit.Txn{}, decisions: make([]decision, len(g.batch)), delta: map[authority.CapacityCounter]int64{}}
 	admittedKeys := map[authority.Key]bool{}
-	got := readsOf(g.snap)
+	got := txnkit.ReadsOf(g.snap)
 	for _, i := range g.pending {
 		w := g.batch[i]
 		cur, err := s.rowIn(got, w.res.key)
@@ -411,7 +412,7 @@ func (g *groupRun) decide(u nodeUsage) groupRound {
 // the reads; else it is deferred (or refused: it can never fit).
 func (g *groupRun) admit(i int, r *groupRound, admittedKeys map[authority.Key]bool) decision {
 	s, w := g.s, g.batch[i]
-	one := &txn{}
+	one := &txnkit.Txn{}
 	s.addReserve(one, w.res)
 	if len(r.admitted) == 0 {
 		if err := s.check(one, "the reservation"); err != nil {
@@ -433,7 +434,7 @@ func (g *groupRun) admit(i int, r *groupRound, admittedKeys map[authority.Key]bo
 		}
 		return decideDeferred
 	}
-	merge(r.t, one)
+	r.t.Merge(one)
 	admittedKeys[w.res.key] = true
 	r.admitted = append(r.admitted, i)
 	return decideAdmitted
@@ -467,9 +468,9 @@ func (g *groupRun) send(r groupRound, epoch int64) bool {
 		}
 	}
 	elseReads := s.snapshotReadsFor(waiting, g.batch, false)
-	elseReads.usage.capacity.at += len(t.els) // after t's own Else reads
-	t.els = append(t.els, elseReads.ops...)
-	t.bytes += elseReads.bytes
+	elseReads.usage.capacity = elseReads.usage.capacity.Shift(len(t.Els)) // after t's own Else reads
+	t.Els = append(t.Els, elseReads.ops...)
+	t.Bytes += elseReads.bytes
 	resp, err := s.sendWrite(g.ctx, t, "the reservations")
 	if err != nil {
 		g.sendFailed(r, waiting, err)
@@ -533,16 +534,16 @@ func (g *groupRun) committed(r groupRound, waiting []int, epoch, rev int64) {
 // tooLargeWithReads is the error of a reservation that fits the Txn limits
 // alone but not with the capacity fence and its own snapshot reads, which
 // every Txn that admits it carries.
-func (s *Store) tooLargeWithReads(one *txn, own snapshotReads) error {
-	probe := &txn{}
-	merge(probe, one)
-	probe.cmps = append(probe.cmps, clientv3.Compare(clientv3.ModRevision(""), "<", 0)) // the fence
-	probe.els = own.ops
-	probe.bytes += own.bytes + 2*opOverhead
+func (s *Store) tooLargeWithReads(one *txnkit.Txn, own snapshotReads) error {
+	probe := &txnkit.Txn{}
+	probe.Merge(one)
+	probe.Cmps = append(probe.Cmps, clientv3.Compare(clientv3.ModRevision(""), "<", 0)) // the fence
+	probe.Els = own.ops
+	probe.Bytes += own.bytes + 2*txnkit.OpOverhead
 	if err := s.check(probe, "the reservation with its capacity fence and reads"); err != nil {
 		return err
 	}
-	return limitError(flagMaxRequestBytes, "the reservation with its capacity fence and reads does not fit one transaction; it", nil)
+	return txnkit.LimitError(txnkit.FlagMaxRequestBytes, "the reservation with its capacity fence and reads does not fit one transaction; it", nil)
 }
 
 // receiveTooLarge reports whether err is the client refusing a response over
@@ -557,29 +558,14 @@ var errBatchStopped = errors.New("reservation batch stopped before this request 
 
 // fitsWith reports whether t plus one, the capacity fence and the Else reads
 // (at most those of l) stay within the Txn limits.
-func (s *Store) fitsWith(t, one *txn, l snapshotReads) bool {
-	cmps := len(t.cmps) + len(one.cmps) + 1
-	then := len(t.then) + len(one.then) + len(t.touches)
-	for _, k := range one.touches {
-		if !slices.Contains(t.touches, k) {
+func (s *Store) fitsWith(t, one *txnkit.Txn, l snapshotReads) bool {
+	cmps := len(t.Cmps) + len(one.Cmps) + 1
+	then := len(t.Then) + len(one.Then) + len(t.Touches)
+	for _, k := range one.Touches {
+		if !slices.Contains(t.Touches, k) {
 			then++
 		}
 	}
-	bytes := t.bytes + one.bytes + l.bytes + 2*opOverhead
+	bytes := t.Bytes + one.Bytes + l.bytes + 2*txnkit.OpOverhead
 	return max(cmps, then, len(l.ops)) <= s.maxOps && bytes <= s.maxBytes
-}
-
-// merge appends one's conditions and writes to t (distinct keys).
-func merge(t, one *txn) {
-	t.cmps = append(t.cmps, one.cmps...)
-	for _, op := range one.then {
-		t.mark(string(op.KeyBytes()))
-	}
-	t.then = append(t.then, one.then...)
-	t.bytes += one.bytes
-	for _, k := range one.touches {
-		t.touch(k)
-		t.bytes -= len(k) + opOverhead // counted in one.bytes
-	}
-	t.alone = t.alone || one.alone
 }

@@ -18,6 +18,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/internal/revguard"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
@@ -84,7 +85,7 @@ type Config struct {
 	// flight at once (default DefaultMaxConcurrentTxns; negative: no limit
 	// and no batching). Writes that find them all busy are sent together as
 	// one Txn when the next one ends, each keeping its own outcome
-	// (writebatch.go). Writes that cannot be batched (a reservation under a
+	// (internal/txnkit/batch.go). Writes that cannot be batched (a reservation under a
 	// capacity policy, which is group-committed per node) do not wait.
 	MaxConcurrentTxns int
 
@@ -146,9 +147,9 @@ type Store struct {
 	// tlsConfig is the TLS New dialed with (nil: plain text or a caller's client).
 	tlsConfig *tls.Config
 	cache     *rowCache
-	aggs      *boundedCache[string, knownAggregate] // by record key
+	aggs      *txnkit.BoundedCache[string, knownAggregate] // by record key
 	leases    *leaseBuckets
-	batch     *writeBatcher
+	batch     *txnkit.Batcher
 	usage     *usageWatches
 	groups    reserveGroups // group commit of reservations, per node lifecycle
 	// noStream is set once the server answered that it has no RangeStream
@@ -215,7 +216,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: authority.NewMonotonicClock(cfg.Clock), claims: cfg.IdentityClaims,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
-		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: newBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
+		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: txnkit.NewBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
 		dialTimeout: cfg.DialTimeout,
 	}
 	s.contract = observe.NewContract(s.obs, s.work())
@@ -242,11 +243,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.usage = newUsageWatches(s)
 	switch {
 	case cfg.MaxConcurrentTxns == 0:
-		s.batch = newWriteBatcher(s, DefaultMaxConcurrentTxns)
+		s.batch = s.newBatcher(DefaultMaxConcurrentTxns)
 	case cfg.MaxConcurrentTxns < 0:
-		s.batch = newWriteBatcher(s, 0)
+		s.batch = s.newBatcher(0)
 	default:
-		s.batch = newWriteBatcher(s, cfg.MaxConcurrentTxns)
+		s.batch = s.newBatcher(cfg.MaxConcurrentTxns)
 	}
 	if !cfg.SkipVersionCheck {
 		if err := s.checkServer(ctx); err != nil {
@@ -349,7 +350,7 @@ func (s *Store) Close() error {
 	if s.endLife != nil {
 		s.endLife()
 	}
-	s.batch.close()
+	s.batch.Close()
 	s.usage.close()
 	s.guard.Close()
 	s.mu.Lock()

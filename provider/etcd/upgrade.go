@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 )
@@ -94,16 +95,19 @@ func ReadUpgradeStatus(ctx context.Context, kv clientv3.KV, namespace string) (U
 	}
 	l := schema.NewLayout(namespace)
 	owners := schema.Prefix(namespace, schema.EntryOwnerLiveness)
-	resp, err := kv.Txn(ctx).Then(
-		clientv3.OpGet(l.ActiveVersion()),
-		clientv3.OpGet(l.AnnouncementsPrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(owners, clientv3.WithPrefix()),
-	).Commit()
+	var (
+		reads                        []clientv3.Op
+		activeAt, announcedAt, ownAt txnkit.RangeRead
+	)
+	reads, activeAt = txnkit.AddRead(reads, clientv3.OpGet(l.ActiveVersion()))
+	reads, announcedAt = txnkit.AddRead(reads, clientv3.OpGet(l.AnnouncementsPrefix(), clientv3.WithPrefix()))
+	reads, ownAt = txnkit.AddRead(reads, clientv3.OpGet(owners, clientv3.WithPrefix()))
+	resp, err := kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return UpgradeStatus{}, mapError(err, false)
 	}
 	u := UpgradeStatus{Namespace: namespace, Revision: resp.Header.Revision}
-	active := firstKV(resp.Responses[0].GetResponseRange())
+	active := firstKV(activeAt.In(resp))
 	if u.Active, err = schema.DecodeActiveVersion(active); err != nil {
 		return u, err
 	}
@@ -111,7 +115,7 @@ func ReadUpgradeStatus(ctx context.Context, kv clientv3.KV, namespace string) (U
 		u.activeRev = active.ModRevision
 	}
 	byLease := map[int64]int{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+	for _, kv := range announcedAt.In(resp).Kvs {
 		e, err := schema.DecodeEntry(namespace, kv)
 		if err != nil {
 			return u, err
@@ -120,7 +124,7 @@ func ReadUpgradeStatus(ctx context.Context, kv clientv3.KV, namespace string) (U
 		byLease[e.Lease] = len(u.Announced)
 		u.Announced = append(u.Announced, AnnouncedLease{Lease: e.Lease, Announcement: *e.Announcement})
 	}
-	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+	for _, kv := range ownAt.In(resp).Kvs {
 		e, err := schema.DecodeEntry(namespace, kv)
 		if err != nil {
 			return u, err

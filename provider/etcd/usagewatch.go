@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -27,7 +28,7 @@ import (
 //
 // The sum is exact as of the last capacity change it applied (usageWatch.at).
 // Every Txn that changes a capacity entry also puts the node's capacity
-// epoch (txn.touch), so a read of the epoch tells the revision of the node's
+// epoch (txnkit.Txn.Touch), so a read of the epoch tells the revision of the node's
 // last capacity change at that read: when it equals at, the watched sum is
 // the usage at the read. When the watch is behind, the decision waits for it
 // (briefly); when it is ahead or broken, the decision reads the range again.
@@ -94,7 +95,7 @@ type usageRead struct {
 	lifecycle int64
 	epochKey  string
 	ranged    bool
-	capacity  rangeRead
+	capacity  txnkit.RangeRead
 }
 
 // addUsageReads appends to ops what a decision on node's usage needs to read:
@@ -105,7 +106,7 @@ func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, 
 	ops = append(ops, clientv3.OpGet(ur.epochKey, clientv3.WithKeysOnly()))
 	if fullRange || !s.usage.watched(s.keys.CapacityNode(node, lifecycle)) {
 		ur.ranged = true
-		ops, ur.capacity = addRead(ops, s.capacityRangeOp(node, lifecycle))
+		ops, ur.capacity = txnkit.AddRead(ops, s.capacityRangeOp(node, lifecycle))
 	}
 	return ops, ur
 }
@@ -113,7 +114,7 @@ func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, 
 // epochOf returns the capacity epoch read at ur in resp: the revision of the
 // node's last capacity change (0: none since the layout had epochs).
 func epochOf(resp *clientv3.TxnResponse, ur usageRead) int64 {
-	if kv := kvNamed(resp, ur.epochKey); kv != nil {
+	if kv := txnkit.KVNamed(resp, ur.epochKey); kv != nil {
 		return kv.ModRevision
 	}
 	return 0
@@ -165,9 +166,9 @@ func (s *Store) usageAt(ctx context.Context, resp *clientv3.TxnResponse, ur usag
 // it fails a concurrent decision's fence, which then decides again.
 func (s *Store) backfillEpoch(ctx context.Context, node authority.NodeDescriptor, lifecycle int64) error {
 	key := s.keys.CapacityEpoch(node, lifecycle)
-	t := &txn{}
-	t.cmp(modRevIs(key, 0))
-	t.put(key, "")
+	t := &txnkit.Txn{}
+	t.Cmp(modRevIs(key, 0))
+	t.Put(key, "")
 	_, err := s.sendWrite(ctx, t, "the capacity epoch")
 	return err
 }

@@ -91,7 +91,7 @@ func (l Layout) CapacityNode(node authority.NodeDescriptor, lifecycle int64) str
 }
 
 // CapacityEpoch is the key every Txn that changes a capacity entry of the
-// node lifecycle also puts (txn.touch): its ModRevision is the revision of
+// node lifecycle also puts (txnkit.Txn.Touch): its ModRevision is the revision of
 // the node's last capacity change. It sits outside the capacityNode range.
 func (l Layout) CapacityEpoch(node authority.NodeDescriptor, lifecycle int64) string {
 	return l.ns + SegCapacityEpochs + "/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)

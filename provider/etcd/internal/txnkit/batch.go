@@ -1,21 +1,21 @@
-package etcd
+package txnkit
 
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
 	authority "github.com/zlink-systems/authority"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Write batching.
 //
-// At most Config.MaxConcurrentTxns batchable write Txns of a store are in
+// At most BatcherConfig.Slots (the store's Config.MaxConcurrentTxns) batchable write Txns of a store are in
 // flight at a time (a write that cannot join a batch, or a member sent alone
 // after its batch failed, does not wait for a slot). A write that finds a
 // free slot is sent alone, exactly as built (its own Else reads, its own
@@ -42,38 +42,17 @@ import (
 // as the members applied one after another in any order: a write joins a
 // batch only if it writes no key another member writes or compares and
 // compares no key another member writes. The capacity epochs members touch
-// (txn.touch) are put once: a blind put whose only meaning is "a capacity
+// (Txn.Touch) are put once: a blind put whose only meaning is "a capacity
 // entry of this node changed at this revision", which every member's own
 // put would say too. Writes fenced on a capacity epoch (a reservation or
 // an aggregate prepare under a policy, which may not be merged with a
 // member touching that epoch), with a range compare, or with a read among
 // their ops are always sent alone.
 
-// DefaultMaxConcurrentTxns is the default Config.MaxConcurrentTxns.
-const DefaultMaxConcurrentTxns = 4
-
-// WriteStats counts a store's write Txns since New.
-type WriteStats struct {
-	// Txns is every write Txn sent (alone or merged).
-	Txns int64
-	// Batches is the merged Txns sent, and BatchedWrites the writes they
-	// carried.
-	Batches, BatchedWrites int64
-	// Fallbacks is the merged Txns that did not apply (a compare failed or
-	// etcd refused them), whose writes were then sent alone.
-	Fallbacks int64
-}
-
-// WriteStats returns the store's write Txn counts.
-func (s *Store) WriteStats() WriteStats {
-	b := s.batch
-	return WriteStats{Txns: b.txns.Load(), Batches: b.batches.Load(), BatchedWrites: b.batched.Load(), Fallbacks: b.fallbacks.Load()}
-}
-
-// writeBatcher queues the write Txns of one store (see above).
-type writeBatcher struct {
-	s   *Store
-	max int // slots; 0: batching off
+// Batcher queues the write Txns of one store (see above). Make it with
+// NewBatcher.
+type Batcher struct {
+	cfg BatcherConfig
 
 	txns, batches, batched, fallbacks atomic.Int64
 
@@ -86,35 +65,77 @@ type writeBatcher struct {
 // queuedTxn is one write waiting for a slot.
 type queuedTxn struct {
 	ctx context.Context
-	t   *txn
+	t   *Txn
 	// the write's keys (see keysOf)
 	writes, compares []string
 
 	done    chan struct{} // closed once the outcome below is set
-	taken   bool          // under writeBatcher.mu: in a batch being sent
+	taken   bool          // under Batcher.mu: in a batch being sent
 	retries int           // merged Txns it was in that failed on another's compare
 	alone   bool          // the batch did not apply: send t alone
 	resp    *clientv3.TxnResponse
 	err     error
 }
 
-func newWriteBatcher(s *Store, slots int) *writeBatcher {
-	return &writeBatcher{s: s, max: slots}
+// BatcherConfig is what a Batcher needs of its store.
+type BatcherConfig struct {
+	// Slots is how many batchable writes are in flight at a time; 0:
+	// batching off, every write is sent at once.
+	Slots int
+	// Limits bound a merged Txn.
+	Limits Limits
+	// Send sends one Txn (a write alone, or a merged batch).
+	Send func(ctx context.Context, t *Txn) (*clientv3.TxnResponse, error)
+	// Abandoned is the error of a write whose caller gave up after its
+	// batch took it: its outcome is unknown.
+	Abandoned func(cause error) error
+	// Batched is told the size of each merged Txn sent (a metrics hook; nil:
+	// none).
+	Batched func(writes int)
+}
+
+// NewBatcher returns a Batcher that sends through cfg.Send.
+func NewBatcher(cfg BatcherConfig) *Batcher {
+	return &Batcher{cfg: cfg}
+}
+
+// Stats counts a Batcher's write Txns.
+type Stats struct {
+	// Txns is every write Txn sent (alone or merged).
+	Txns int64
+	// Batches is the merged Txns sent, and BatchedWrites the writes they
+	// carried.
+	Batches, BatchedWrites int64
+	// Fallbacks is the merged Txns that did not apply (a compare failed or
+	// etcd refused them), whose writes were then sent alone.
+	Fallbacks int64
+}
+
+// Stats returns the Batcher's counts since NewBatcher.
+func (b *Batcher) Stats() Stats {
+	return Stats{Txns: b.txns.Load(), Batches: b.batches.Load(), BatchedWrites: b.batched.Load(), Fallbacks: b.fallbacks.Load()}
+}
+
+// Queued is how many writes wait for a slot.
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
 }
 
 // keysOf returns the keys t writes and compares, or ok false when t cannot
 // join a batch (a range compare or write, or a read among its ops).
-func keysOf(t *txn) (writes, compares []string, ok bool) {
-	if t.alone {
+func keysOf(t *Txn) (writes, compares []string, ok bool) {
+	if t.Alone {
 		return nil, nil, false
 	}
-	for _, c := range t.cmps {
+	for _, c := range t.Cmps {
 		if len(c.GetCompare().RangeEnd) > 0 {
 			return nil, nil, false
 		}
 		compares = append(compares, string(c.KeyBytes()))
 	}
-	for _, op := range t.then {
+	for _, op := range t.Then {
 		if !(op.IsPut() || op.IsDelete()) || len(op.RangeBytes()) > 0 {
 			return nil, nil, false
 		}
@@ -124,14 +145,15 @@ func keysOf(t *txn) (writes, compares []string, ok bool) {
 }
 
 // send sends t as one Txn, counted.
-func (b *writeBatcher) send(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
+func (b *Batcher) send(ctx context.Context, t *Txn) (*clientv3.TxnResponse, error) {
 	b.txns.Add(1)
-	return b.s.send(ctx, t)
+	return b.cfg.Send(ctx, t)
 }
 
-// commit sends t, alone or in a batch.
-func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnResponse, error) {
-	if b.max <= 0 {
+// Commit sends t, alone or in a batch, and returns its own outcome; the
+// caller checks Succeeded.
+func (b *Batcher) Commit(ctx context.Context, t *Txn) (*clientv3.TxnResponse, error) {
+	if b.cfg.Slots <= 0 {
 		return b.send(ctx, t)
 	}
 	b.mu.Lock()
@@ -139,7 +161,7 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 		b.mu.Unlock()
 		return nil, authority.ErrClosed
 	}
-	if b.busy < b.max {
+	if b.busy < b.cfg.Slots {
 		b.busy++
 		b.mu.Unlock()
 		resp, err := b.send(ctx, t)
@@ -147,7 +169,7 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 		return resp, err
 	}
 	writes, compares, ok := keysOf(t)
-	if !ok || len(t.then) == 0 {
+	if !ok || len(t.Then) == 0 {
 		b.mu.Unlock()
 		return b.send(ctx, t)
 	}
@@ -169,7 +191,7 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 		select {
 		case <-q.done: // the outcome arrived meanwhile
 		default: // its batch may apply it after all
-			return nil, mapError(ctx.Err(), true)
+			return nil, b.cfg.Abandoned(ctx.Err())
 		}
 	}
 	if q.alone {
@@ -184,21 +206,21 @@ func (b *writeBatcher) commit(ctx context.Context, t *txn) (*clientv3.TxnRespons
 // size estimates the bytes q adds to a merged Txn: its own, and the Else
 // read of each key it compares.
 func (q *queuedTxn) size() int {
-	n := q.t.bytes
+	n := q.t.Bytes
 	for _, k := range q.compares {
-		n += len(k) + opOverhead
+		n += len(k) + OpOverhead
 	}
 	return n
 }
 
 // notSent is the outcome of a write whose caller gave up before it was
 // sent: definitely not applied.
-func notSent(cause error) error { return notSentWhile(cause, "a free Txn slot") }
+func notSent(cause error) error { return NotSent(cause, "a free Txn slot") }
 
-// notSentWhile reports a write whose context ended while it waited for
+// NotSent reports a write whose context ended while it waited for
 // waitingFor, before it was sent: nothing was written, so it wraps
 // ErrUnavailable (safe to retry) and the context's error.
-func notSentWhile(cause error, waitingFor string) error {
+func NotSent(cause error, waitingFor string) error {
 	return authority.Wrap(authority.ErrUnavailable, "etcd write not sent: its context ended while it waited for "+waitingFor, cause)
 }
 
@@ -211,7 +233,7 @@ func refusedWhole(err error) bool {
 }
 
 // remove drops q from the queue (under mu).
-func (b *writeBatcher) remove(q *queuedTxn) {
+func (b *Batcher) remove(q *queuedTxn) {
 	for i, w := range b.queue {
 		if w == q {
 			b.queue = append(b.queue[:i], b.queue[i+1:]...)
@@ -221,7 +243,7 @@ func (b *writeBatcher) remove(q *queuedTxn) {
 }
 
 // release frees a slot, or hands it to a drainer when writes are queued.
-func (b *writeBatcher) release() {
+func (b *Batcher) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
@@ -233,7 +255,7 @@ func (b *writeBatcher) release() {
 
 // drain sends the queued writes, a batch at a time, until none is left; it
 // holds one slot meanwhile.
-func (b *writeBatcher) drain() {
+func (b *Batcher) drain() {
 	for {
 		b.mu.Lock()
 		batch := b.take()
@@ -247,9 +269,9 @@ func (b *writeBatcher) drain() {
 	}
 }
 
-// close fails the queued writes with ErrClosed (they were not sent) and
+// Close fails the queued writes with ErrClosed (they were not sent) and
 // lets no batch start after it.
-func (b *writeBatcher) close() {
+func (b *Batcher) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
@@ -263,7 +285,7 @@ func (b *writeBatcher) close() {
 
 // take removes from the queue, in arrival order, the writes that fit
 // together in one Txn (under mu).
-func (b *writeBatcher) take() []*queuedTxn {
+func (b *Batcher) take() []*queuedTxn {
 	var (
 		batch           []*queuedTxn
 		cmps, ops, size int
@@ -272,8 +294,8 @@ func (b *writeBatcher) take() []*queuedTxn {
 		rest            = b.queue[:0]
 	)
 	for _, q := range b.queue {
-		fits := len(batch) == 0 || cmps+len(q.t.cmps) <= b.s.maxOps && ops+len(q.t.then)+len(q.t.touches) <= b.s.maxOps &&
-			size+q.size() <= b.s.maxBytes && independent(q, written, compared)
+		fits := len(batch) == 0 || cmps+len(q.t.Cmps) <= b.cfg.Limits.MaxOps && ops+len(q.t.Then)+len(q.t.Touches) <= b.cfg.Limits.MaxOps &&
+			size+q.size() <= b.cfg.Limits.MaxBytes && independent(q, written, compared)
 		if !fits {
 			rest = append(rest, q)
 			continue
@@ -284,7 +306,7 @@ func (b *writeBatcher) take() []*queuedTxn {
 		for _, k := range q.compares {
 			compared[k] = true
 		}
-		cmps, ops, size = cmps+len(q.t.cmps), ops+len(q.t.then)+len(q.t.touches), size+q.size()
+		cmps, ops, size = cmps+len(q.t.Cmps), ops+len(q.t.Then)+len(q.t.Touches), size+q.size()
 		q.taken = true
 		batch = append(batch, q)
 	}
@@ -310,7 +332,7 @@ func independent(q *queuedTxn, written, compared map[string]bool) bool {
 }
 
 // run sends one batch and hands each member its outcome.
-func (b *writeBatcher) run(batch []*queuedTxn) {
+func (b *Batcher) run(batch []*queuedTxn) {
 	// Members whose caller gave up since they were taken are not sent.
 	live := batch[:0]
 	for _, q := range batch {
@@ -331,7 +353,7 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	for i, q := range batch {
 		callers[i] = q.ctx
 	}
-	ctx, release := allEnded(callers)
+	ctx, release := AllEnded(callers)
 	defer release()
 	if len(batch) == 1 {
 		q := batch[0]
@@ -342,7 +364,9 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 	resp, err := b.send(ctx, mergeBatch(batch))
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
-	b.s.obs.Metrics().BatchedWrites(len(batch))
+	if b.cfg.Batched != nil {
+		b.cfg.Batched(len(batch))
+	}
 	if retry := b.settle(batch, resp, err); len(retry) > 0 {
 		b.requeue(retry)
 	}
@@ -353,25 +377,25 @@ func (b *writeBatcher) run(batch []*queuedTxn) {
 // the members whose compares all held are known, at the same revision. A
 // compare several members make (the liveness of their common owner) is sent
 // once: etcd evaluates each compare with a read.
-func mergeBatch(batch []*queuedTxn) *txn {
-	merged := &txn{}
+func mergeBatch(batch []*queuedTxn) *Txn {
+	merged := &Txn{}
 	compared := map[string]bool{} // keys the Else reads
 	sameCmp := map[string]bool{}
 	for _, q := range batch {
-		for i := range q.t.cmps {
-			if id := cmpID(&q.t.cmps[i]); !sameCmp[id] {
+		for i := range q.t.Cmps {
+			if id := cmpID(&q.t.Cmps[i]); !sameCmp[id] {
 				sameCmp[id] = true
-				merged.cmps = append(merged.cmps, q.t.cmps[i])
+				merged.Cmps = append(merged.Cmps, q.t.Cmps[i])
 			}
 		}
-		merged.then = append(merged.then, q.t.then...)
-		for _, k := range q.t.touches {
-			merged.touch(k) // touching an epoch twice is touching it once
+		merged.Then = append(merged.Then, q.t.Then...)
+		for _, k := range q.t.Touches {
+			merged.Touch(k) // touching an epoch twice is touching it once
 		}
 		for _, k := range q.compares {
 			if !compared[k] {
 				compared[k] = true
-				merged.els = append(merged.els, clientv3.OpGet(k, clientv3.WithKeysOnly()))
+				merged.Els = append(merged.Els, clientv3.OpGet(k, clientv3.WithKeysOnly()))
 			}
 		}
 	}
@@ -380,14 +404,14 @@ func mergeBatch(batch []*queuedTxn) *txn {
 
 // settle gives each member of a sent batch its outcome and returns the
 // members to send batched again.
-func (b *writeBatcher) settle(batch []*queuedTxn, resp *clientv3.TxnResponse, err error) []*queuedTxn {
+func (b *Batcher) settle(batch []*queuedTxn, resp *clientv3.TxnResponse, err error) []*queuedTxn {
 	refused := err != nil && refusedWhole(err)
-	var failed keyedReads
+	var failed Reads
 	if refused || err == nil && !resp.Succeeded {
 		b.fallbacks.Add(1)
 	}
 	if err == nil && !resp.Succeeded {
-		failed = readsOf(resp)
+		failed = ReadsOf(resp)
 	}
 	var retry []*queuedTxn
 	off := 0 // where the next member's write responses start
@@ -409,32 +433,13 @@ func (b *writeBatcher) settle(batch []*queuedTxn, resp *clientv3.TxnResponse, er
 			}
 			q.alone = true
 		default:
-			n := len(q.t.then)
+			n := len(q.t.Then)
 			q.resp = thenPart(resp, off, n)
 			off += n
 		}
 		close(q.done)
 	}
 	return retry
-}
-
-// cmpID identifies a compare: its key, target, operator and operand.
-func cmpID(c *clientv3.Cmp) string {
-	pc := c.GetCompare()
-	var operand int64
-	switch pc.Target {
-	case etcdserverpb.Compare_MOD:
-		operand = pc.GetModRevision()
-	case etcdserverpb.Compare_CREATE:
-		operand = pc.GetCreateRevision()
-	case etcdserverpb.Compare_VERSION:
-		operand = pc.GetVersion()
-	case etcdserverpb.Compare_LEASE:
-		operand = pc.GetLease()
-	default: // a value compare
-		return string(pc.Key) + "\x00value\x00" + string(pc.GetValue()) + "\x00" + pc.Result.String()
-	}
-	return string(pc.Key) + "\x00" + string(pc.RangeEnd) + "\x00" + pc.Target.String() + pc.Result.String() + strconv.FormatInt(operand, 10)
 }
 
 // maxBatchRetries bounds how often one write goes back to the queue after a
@@ -444,7 +449,7 @@ const maxBatchRetries = 3
 // requeue puts writes whose compares held in a failed merged Txn back at the
 // head of the queue, except those whose caller gave up meanwhile: those end
 // here, so that nothing is sent after its caller returned.
-func (b *writeBatcher) requeue(retry []*queuedTxn) {
+func (b *Batcher) requeue(retry []*queuedTxn) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	head := make([]*queuedTxn, 0, len(retry)+len(b.queue))
@@ -468,19 +473,19 @@ func (b *writeBatcher) requeue(retry []*queuedTxn) {
 // holds reports whether every compare of q holds on the keys a failed
 // merged Txn read in its Else (keys only: a compare on a value or a lease is
 // not decided here, and q then decides alone).
-func holds(q *queuedTxn, got keyedReads) bool {
-	for i := range q.t.cmps {
-		c := q.t.cmps[i].GetCompare()
+func holds(q *queuedTxn, got Reads) bool {
+	for i := range q.t.Cmps {
+		c := q.t.Cmps[i].GetCompare()
 		switch c.Target {
-		case etcdserverpb.Compare_MOD, etcdserverpb.Compare_CREATE, etcdserverpb.Compare_VERSION:
+		case pb.Compare_MOD, pb.Compare_CREATE, pb.Compare_VERSION:
 		default:
 			return false
 		}
-		var kvs []*mvccpbKV
+		var kvs []*mvccpb.KeyValue
 		if kv := got[string(c.Key)]; kv != nil {
 			kvs = append(kvs, kv)
 		}
-		if !cmpHolds(c, kvs) {
+		if !Holds(c, kvs) {
 			return false
 		}
 	}

@@ -1,16 +1,16 @@
-package etcd
+package txnkit
 
 import (
 	"context"
 	"sync/atomic"
 )
 
-// allEnded returns a context for work done on behalf of several callers at
+// AllEnded returns a context for work done on behalf of several callers at
 // once (a batched write, a group of reservations): it carries the values of
 // the first caller's context (gRPC metadata, tracing) and ends only when
 // every caller's context has ended, or when release is called. Call release
 // when the work is done.
-func allEnded(callers []context.Context) (ctx context.Context, release func()) {
+func AllEnded(callers []context.Context) (ctx context.Context, release func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(callers[0]))
 	left := atomic.Int64{}
 	left.Store(int64(len(callers)))

@@ -1,4 +1,4 @@
-package etcd
+package txnkit
 
 import (
 	"context"
@@ -16,15 +16,14 @@ import (
 // the writes that neither write a key another member writes or compares nor
 // compare a key another member writes; the rest wait for the next batch.
 func TestBatchTakeKeepsMembersIndependent(t *testing.T) {
-	s := &Store{maxOps: 128, maxBytes: DefaultMaxRequestBytes}
-	b := newWriteBatcher(s, 1)
+	b := NewBatcher(BatcherConfig{Slots: 1, Limits: Limits{MaxOps: 128, MaxBytes: maxRequestBytes}})
 	mk := func(name string, compares []string, writes ...string) *queuedTxn {
-		tx := &txn{}
+		tx := &Txn{}
 		for _, k := range compares {
-			tx.cmp(modRevIs(k, 1))
+			tx.Cmp(modRevIs(k, 1))
 		}
 		for _, k := range writes {
-			tx.put(k, name)
+			tx.Put(k, name)
 		}
 		w, c, ok := keysOf(tx)
 		require.True(t, ok)
@@ -47,14 +46,13 @@ func TestBatchTakeKeepsMembersIndependent(t *testing.T) {
 
 // TestBatchTakeRespectsLimits: a batch stops at the Txn op limit.
 func TestBatchTakeRespectsLimits(t *testing.T) {
-	s := &Store{maxOps: 8, maxBytes: DefaultMaxRequestBytes}
-	b := newWriteBatcher(s, 1)
+	b := NewBatcher(BatcherConfig{Slots: 1, Limits: Limits{MaxOps: 8, MaxBytes: maxRequestBytes}})
 	for i := range 5 {
-		tx := &txn{}
-		tx.cmp(modRevIs(string(rune('a'+i)), 1))
-		tx.put(string(rune('a'+i)), "v")
-		tx.put(string(rune('A'+i)), "v")
-		tx.put(string(rune('0'+i)), "v")
+		tx := &Txn{}
+		tx.Cmp(modRevIs(string(rune('a'+i)), 1))
+		tx.Put(string(rune('a'+i)), "v")
+		tx.Put(string(rune('A'+i)), "v")
+		tx.Put(string(rune('0'+i)), "v")
 		w, c, _ := keysOf(tx)
 		b.queue = append(b.queue, &queuedTxn{t: tx, writes: w, compares: c})
 	}
@@ -66,51 +64,39 @@ func TestBatchTakeRespectsLimits(t *testing.T) {
 // TestBatchKeysOf: range compares and reads among the ops keep a write
 // out of batches.
 func TestBatchKeysOf(t *testing.T) {
-	tx := &txn{}
-	tx.cmp(clientv3.Compare(clientv3.ModRevision("p/"), "<", 5).WithRange("p0"))
-	tx.put("k", "v")
+	tx := &Txn{}
+	tx.Cmp(clientv3.Compare(clientv3.ModRevision("p/"), "<", 5).WithRange("p0"))
+	tx.Put("k", "v")
 	_, _, ok := keysOf(tx)
 	require.False(t, ok)
-	tx = &txn{then: []clientv3.Op{clientv3.OpGet("k")}}
+	tx = &Txn{Then: []clientv3.Op{clientv3.OpGet("k")}}
 	_, _, ok = keysOf(tx)
 	require.False(t, ok)
-	tx = &txn{then: []clientv3.Op{clientv3.OpDelete("a", clientv3.WithRange("b"))}}
+	tx = &Txn{Then: []clientv3.Op{clientv3.OpDelete("a", clientv3.WithRange("b"))}}
 	_, _, ok = keysOf(tx)
 	require.False(t, ok)
-	tx = &txn{}
-	tx.cmp(modRevIs("k", 0))
-	tx.put("k", "v")
-	tx.del("j")
+	tx = &Txn{}
+	tx.Cmp(modRevIs("k", 0))
+	tx.Put("k", "v")
+	tx.Del("j")
 	w, c, ok := keysOf(tx)
 	require.True(t, ok)
 	require.Equal(t, []string{"k", "j"}, w)
 	require.Equal(t, []string{"k"}, c)
 }
 
-// recordingKV answers every Txn with success at revision 42 and records
+// recordingSend answers every Txn with success at revision 42 and records
 // the Then ops of each.
-type recordingKV struct {
-	clientv3.KV
-	thens *[][]clientv3.Op
-}
-
-func (k recordingKV) Txn(context.Context) clientv3.Txn { return &recordingTxn{thens: k.thens} }
-
-type recordingTxn struct {
-	thens *[][]clientv3.Op
-	then  []clientv3.Op
-}
-
-func (t *recordingTxn) If(...clientv3.Cmp) clientv3.Txn      { return t }
-func (t *recordingTxn) Else(...clientv3.Op) clientv3.Txn     { return t }
-func (t *recordingTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.then = ops; return t }
-func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
-	*t.thens = append(*t.thens, t.then)
-	resp := &clientv3.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: 42}, Succeeded: true}
-	for range t.then {
-		resp.Responses = append(resp.Responses, &etcdserverpb.ResponseOp{Response: &etcdserverpb.ResponseOp_ResponsePut{ResponsePut: &etcdserverpb.PutResponse{}}})
+func recordingSend(thens *[][]clientv3.Op) func(context.Context, *Txn) (*clientv3.TxnResponse, error) {
+	return func(_ context.Context, t *Txn) (*clientv3.TxnResponse, error) {
+		then := t.ThenOps()
+		*thens = append(*thens, then)
+		resp := &clientv3.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: 42}, Succeeded: true}
+		for range then {
+			resp.Responses = append(resp.Responses, &etcdserverpb.ResponseOp{Response: &etcdserverpb.ResponseOp_ResponsePut{ResponsePut: &etcdserverpb.PutResponse{}}})
+		}
+		return resp, nil
 	}
-	return resp, nil
 }
 
 // TestBatchRunSkipsMembersThatGaveUp: a member whose caller gave up after
@@ -118,12 +104,11 @@ func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
 // its outcome is a definite ErrUnavailable, and the others go on.
 func TestBatchRunSkipsMembersThatGaveUp(t *testing.T) {
 	var thens [][]clientv3.Op
-	s := &Store{maxOps: 128, maxBytes: DefaultMaxRequestBytes, kv: recordingKV{thens: &thens}}
-	b := newWriteBatcher(s, 1)
+	b := NewBatcher(BatcherConfig{Slots: 1, Limits: Limits{MaxOps: 128, MaxBytes: maxRequestBytes}, Send: recordingSend(&thens)})
 	mk := func(ctx context.Context, key string) *queuedTxn {
-		tx := &txn{}
-		tx.cmp(modRevIs(key, 1))
-		tx.put(key, "v")
+		tx := &Txn{}
+		tx.Cmp(modRevIs(key, 1))
+		tx.Put(key, "v")
 		w, c, _ := keysOf(tx)
 		return &queuedTxn{ctx: ctx, t: tx, writes: w, compares: c, done: make(chan struct{}), taken: true}
 	}
@@ -185,9 +170,9 @@ func TestBatchHolds(t *testing.T) {
 		{"value undecidable", clientv3.Compare(clientv3.Value("row"), "=", "x"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tx := &txn{}
-			tx.cmp(tc.cmp)
-			require.Equal(t, tc.want, holds(&queuedTxn{t: tx}, readsOf(resp)))
+			tx := &Txn{}
+			tx.Cmp(tc.cmp)
+			require.Equal(t, tc.want, holds(&queuedTxn{t: tx}, ReadsOf(resp)))
 		})
 	}
 }
@@ -206,4 +191,12 @@ func TestBatchCmpID(t *testing.T) {
 	} {
 		require.NotEqual(t, id(live), id(other))
 	}
+}
+
+// maxRequestBytes is etcd's default --max-request-bytes (1.5 MiB).
+const maxRequestBytes = 1572864
+
+// modRevIs compares a key's ModRevision (0: the key is absent).
+func modRevIs(key string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(key), "=", rev)
 }
