@@ -207,11 +207,11 @@ func TestRebindRowsRefusesATokenNotAnEarlierGenerationOfItsOwner(t *testing.T) {
 		"no owner":                   {LeaseGeneration: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			rev := currentRevision(t)
+			before := namespaceWrites(t, s)
 			moved, err := thief.RebindRows(ctx, from)
 			require.ErrorIs(t, err, authority.ErrInvalidArgument)
 			require.Zero(t, moved)
-			require.Equal(t, rev, currentRevision(t), "nothing written")
+			require.Equal(t, before, namespaceWrites(t, s), "nothing written")
 			for i := range 3 {
 				require.Equal(t, victim.Token(), fx.MustRow(fx.Key(authority.ObjectActor, fmt.Sprintf("a%d", i))).Owner())
 			}
@@ -222,12 +222,19 @@ func TestRebindRowsRefusesATokenNotAnEarlierGenerationOfItsOwner(t *testing.T) {
 	require.Zero(t, moved)
 }
 
-// currentRevision is the test server's current revision.
-func currentRevision(t *testing.T) int64 {
+// namespaceWrites fingerprints what s's namespace holds: how many keys and
+// the newest ModRevision among them (a write anywhere in it changes one of
+// the two). It reads inside the namespace only, so it also holds on a
+// shared external cluster where others write.
+func namespaceWrites(t *testing.T, s *etcdstore.Store) [2]int64 {
 	t.Helper()
-	resp, err := shared.Get(context.Background(), "/rebind-revision-probe")
+	resp, err := shared.Get(context.Background(), s.Namespace(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	require.NoError(t, err)
-	return resp.Header.Revision
+	var newest int64
+	for _, kv := range resp.Kvs {
+		newest = max(newest, kv.ModRevision)
+	}
+	return [2]int64{int64(len(resp.Kvs)), newest}
 }
 
 // Rows stay on the node lifecycle they were placed on: RebindRows onto a
@@ -244,7 +251,7 @@ func TestRebindRowsOntoAnotherLifecycleNamesBoth(t *testing.T) {
 	restarted, err := s.Registry().Acquire(ctx, conformance.NodeA, conformance.NodeLifecycle+1, "mover", 20*time.Second)
 	require.NoError(t, err)
 	defer restarted.Close(ctx)
-	rev := currentRevision(t)
+	before := namespaceWrites(t, s)
 	moved, err := restarted.RebindRows(ctx, first.Token())
 	require.ErrorIs(t, err, authority.ErrInvalidArgument)
 	require.NotErrorIs(t, err, etcdstore.ErrLeaseLost)
@@ -252,7 +259,7 @@ func TestRebindRowsOntoAnotherLifecycleNamesBoth(t *testing.T) {
 	for _, part := range []string{"at node lifecycle 1", "this lease at lifecycle 2", "acquire the new generation on lifecycle 1", "aggregate"} {
 		require.Contains(t, err.Error(), part)
 	}
-	require.Equal(t, rev, currentRevision(t), "nothing written")
+	require.Equal(t, before, namespaceWrites(t, s), "nothing written")
 
 	// the documented way: one aggregate moves them onto the new lifecycle
 	var parts []authority.AggregateParticipant
