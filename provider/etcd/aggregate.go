@@ -192,7 +192,7 @@ func (p *aggregatePrepare) addParticipants(got keyedReads, pt *preparedTxn) (*au
 	t.put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
 	reserved := p.target
 	reserved.State = authority.AllocationReserved
-	t.put(s.keys.CapacityAggregate(reserved, p.fence), schema.EncodeCapacityEntry(reserved.State, p.req.Capacity))
+	t.put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, p.req.Capacity))
 	s.touchCapacity(t, reserved)
 	return nil, nil
 }
@@ -519,7 +519,7 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 		next[i] = n
 		if p.OwnerTransition != authority.TransitionNewOwner {
 			live(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
-			t.put(rowKey, n.Encode())
+			t.put(rowKey, s.rowValue(t, n))
 			continue
 		}
 		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
@@ -546,10 +546,10 @@ func (s *Store) moveToTarget(t *txn, req *authority.AggregatePrepareRequest, row
 		// owner already: it keeps its token
 		n.Token = 0
 	}
-	t.put(rowKey, n.Encode())
+	t.put(rowKey, s.rowValue(t, n))
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.del(oldCap)
-		t.put(newCap, schema.EncodeCapacityEntry(n.Alloc.State, n.Alloc.Capacity))
+		t.put(newCap, s.capacityValue(t, n.Alloc.State, n.Alloc.Capacity))
 		s.touchCapacity(t, r.Alloc)
 		s.touchCapacity(t, n.Alloc)
 	}

@@ -54,7 +54,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		next.Token = 0 // a new owner lease: resolved to this write's revision
 		next.Payload = m.Payload
 		t.cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, m.TargetOwner))
-		t.put(rowKey, next.Encode())
+		t.put(rowKey, s.rowValue(t, next))
 		t.del(s.keys.OwnerRow(cur.Owner, key))
 		t.put(s.keys.OwnerRow(next.Owner, key), "")
 	case authority.MutationRestore:
@@ -62,12 +62,12 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 			return s.conflictNow(ctx, key)
 		}
 		next.Payload = m.Payload
-		t.put(rowKey, next.Encode())
+		t.put(rowKey, s.rowValue(t, next))
 	default: // put
 		t.cmp(s.rowOwnerLive(cur))
 		next.Payload = m.Payload
 		s.pretendWrite(t, cur, next)
-		t.put(rowKey, next.Encode())
+		t.put(rowKey, s.rowValue(t, next))
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {

@@ -52,8 +52,8 @@ func (s *Store) activate(t *txn, cur *schema.Row, payload []byte) *schema.Row {
 	next.Alloc.State = authority.AllocationActive
 	next.Pending = nil
 	next.Payload = append([]byte(nil), payload...)
-	t.put(s.keys.Row(cur.Key), next.Encode())
-	t.put(s.keys.CapacityRow(next.Alloc, cur.Key), schema.EncodeCapacityEntry(next.Alloc.State, next.Alloc.Capacity))
+	t.put(s.keys.Row(cur.Key), s.rowValue(t, next))
+	t.put(s.keys.CapacityRow(next.Alloc, cur.Key), s.capacityValue(t, next.Alloc.State, next.Alloc.Capacity))
 	s.touchCapacity(t, next.Alloc)
 	return next
 }

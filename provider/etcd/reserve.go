@@ -33,8 +33,8 @@ func (s *Store) addReserve(t *txn, r *reservation) {
 	rowKey := s.keys.Row(r.key)
 	t.cmp(modRevIs(rowKey, 0))
 	t.cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
-	t.put(rowKey, r.row.Encode())
-	t.put(s.keys.CapacityRow(r.row.Alloc, r.key), schema.EncodeCapacityEntry(r.row.Alloc.State, r.row.Alloc.Capacity))
+	t.put(rowKey, s.rowValue(t, r.row))
+	t.put(s.keys.CapacityRow(r.row.Alloc, r.key), s.capacityValue(t, r.row.Alloc.State, r.row.Alloc.Capacity))
 	s.touchCapacity(t, r.row.Alloc)
 	t.put(s.keys.OwnerRow(r.target.Owner, r.key), "")
 }
