@@ -50,9 +50,7 @@ const (
 
 	// CompactFormat (a stored format): row metadata and capacity entries
 	// in the compact format (schema's compact.go: protobuf behind a marker
-	// byte, where format 1 was JSON with field names), and, for a
-	// reservation that commits, no reservation terminal (the committed row
-	// itself answers a retry of the same reservation; docs/design-etcd.md,
+	// byte, where format 1 was JSON with field names; docs/design-etcd.md,
 	// "The compact format"). Every build from this one reads both formats;
 	// a build before it refuses a compact value as ErrCorrupt, which is
 	// why the format is written only once the namespace is finalized here,
