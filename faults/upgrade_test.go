@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -50,8 +51,10 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if st.ActiveVersion() != storeversion.Base {
-		t.Fatalf("a namespace of the previous release is at %s", st.ActiveVersion())
+	// the previous release is the one before the compact format: its
+	// namespace is at the version before it, and finalize crosses it
+	if st.ActiveVersion() != storeversion.CompactFormat-1 {
+		t.Fatalf("a namespace of the previous release is at %s, want %s", st.ActiveVersion(), storeversion.CompactFormat-1)
 	}
 	capacity := capacityWatch(ctx, st, nodes)
 	lost, rolled, downgraded := 0, 0, 0
@@ -88,6 +91,7 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		t.Fatalf("finalize after the roll: %+v, %v", res, err)
 	}
 	f.waitKept(t, 10) // same-owner moves that keep their token, at the new version
+	compactRows := waitRowsOfFormat(t, srv.Client(t), ns, 2, 10)
 	f.stopAll()
 	for _, n := range nodes {
 		lost += f.lost(ctx, st, n)
@@ -98,9 +102,9 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fmt.Printf("upgrade: nodes=%d previous=%.12s rolled=%d downgraded=%d acked=%d lost=%d corrupt=%d refused=%d errors=%d "+
-		"over-admitted=%d most-held=%d/%d token-violations=%d tokens-kept-after-finalize=%d finalize-blocked-while-old=%v finalized-to=%d\n",
+		"over-admitted=%d most-held=%d/%d token-violations=%d tokens-kept-after-finalize=%d finalize-blocked-while-old=%v finalized-to=%d compact-rows=%d\n",
 		len(nodes), bins.prevCommit, rolled, downgraded, f.acked, lost, len(f.corrupt), len(f.refused), len(f.errs),
-		over, most, upgradeLimit, violations, kept, blockedWhileOld, res.To)
+		over, most, upgradeLimit, violations, kept, blockedWhileOld, res.To, compactRows)
 	if lost+len(f.corrupt)+len(f.refused)+over+violations > 0 || len(f.errs) > 0 {
 		t.Errorf("corrupt %v; errors %v", f.corrupt, f.errs)
 	}
@@ -172,7 +176,8 @@ func TestUpgradeGatePretendNextVersion(t *testing.T) {
 		t.Errorf("this build decoded %d of %d rows with the next version's field", nx-nxRefused, nx)
 	}
 	r := f.start("n3", bins.cur)
-	refusedAfter := r != nil && strings.Contains(r.Err, "store version 3") && strings.Contains(r.Err, "run a build that supports version 3")
+	next := strconv.Itoa(int(storeversion.NextPretend))
+	refusedAfter := r != nil && strings.Contains(r.Err, "store version "+next) && strings.Contains(r.Err, "run a build that supports version "+next)
 	if !refusedAfter {
 		t.Errorf("this build started on a namespace at the next version (refusal: %+v)", r)
 	}
@@ -219,7 +224,7 @@ func refusedByThisBuild(t *testing.T, c *clientv3.Client, ns string) (rows, refu
 		t.Fatal(err)
 	}
 	for _, kv := range resp.Kvs {
-		if !strings.Contains(string(kv.Value), `"nx":`) {
+		if !schema.RowCarriesPretendField(kv.Value) {
 			continue
 		}
 		rows++
@@ -229,4 +234,24 @@ func refusedByThisBuild(t *testing.T, c *clientv3.Client, ns string) (rows, refu
 		}
 	}
 	return rows, refused
+}
+
+// waitRowsOfFormat waits until at least n rows of the namespace are stored
+// in format (schema.RowFormat) and returns how many are.
+func waitRowsOfFormat(t *testing.T, c *clientv3.Client, ns string, format, n int) (rows int) {
+	t.Helper()
+	eventuallyTrue(t, fmt.Sprintf("%d rows of format %d", n, format), func() bool {
+		resp, err := c.Get(context.Background(), ns+"rows/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = 0
+		for _, kv := range resp.Kvs {
+			if schema.RowFormat(kv.Value) == format {
+				rows++
+			}
+		}
+		return rows >= n
+	})
+	return rows
 }

@@ -193,7 +193,7 @@ func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*
 	t.Put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
 	reserved := p.target
 	reserved.State = authority.AllocationReserved
-	t.Put(s.keys.CapacityAggregate(reserved, p.fence), schema.EncodeCapacityEntry(reserved.State, p.req.Capacity))
+	t.Put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, p.req.Capacity))
 	s.touchCapacity(t, reserved)
 	return nil, nil
 }
@@ -520,7 +520,7 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 		next[i] = n
 		if p.OwnerTransition != authority.TransitionNewOwner {
 			live(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
-			t.Put(rowKey, n.Encode())
+			t.Put(rowKey, s.rowValue(t, n))
 			continue
 		}
 		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
@@ -547,10 +547,10 @@ func (s *Store) moveToTarget(t *txnkit.Txn, req *authority.AggregatePrepareReque
 		// owner already: it keeps its token
 		n.Token = 0
 	}
-	t.Put(rowKey, n.Encode())
+	t.Put(rowKey, s.rowValue(t, n))
 	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
 		t.Del(oldCap)
-		t.Put(newCap, schema.EncodeCapacityEntry(n.Alloc.State, n.Alloc.Capacity))
+		t.Put(newCap, s.capacityValue(t, n.Alloc.State, n.Alloc.Capacity))
 		s.touchCapacity(t, r.Alloc)
 		s.touchCapacity(t, n.Alloc)
 	}

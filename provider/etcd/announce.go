@@ -33,6 +33,11 @@ const announceTTL = 10 * time.Second
 // versionGate is what a store knows of its namespace's store version.
 type versionGate struct {
 	active atomic.Int32
+	// activeRev is the highest ModRevision of the active-version key the
+	// store learned its version from (0: absent). It is raised before
+	// active, so a reader that loads active then activeRev gets a revision
+	// at which the key held that version or a later one (formatFence).
+	activeRev atomic.Int64
 	// skew is set once the namespace moved to a version this build cannot
 	// work at; every request then fails with it.
 	skew atomic.Pointer[error]
@@ -204,14 +209,24 @@ func (s *Store) learnVersion(kv *mvccpb.KeyValue) error {
 		s.version.skew.Store(&err)
 		return err
 	}
-	s.version.raise(v)
+	var rev int64
+	if kv != nil {
+		rev = kv.ModRevision
+	}
+	s.version.raise(v, rev)
 	return nil
 }
 
-// raise moves the version the store works at forward to v (never back: a
-// finalize the store made itself may be seen before or after its watch
-// event).
-func (g *versionGate) raise(v storeversion.Version) {
+// raise moves the version the store works at forward to v, learned from the
+// active-version key at ModRevision rev (never back: a finalize the store
+// made itself may be seen before or after its watch event).
+func (g *versionGate) raise(v storeversion.Version, rev int64) {
+	for {
+		cur := g.activeRev.Load()
+		if rev <= cur || g.activeRev.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
 	for {
 		cur := g.active.Load()
 		if int32(v) <= cur || g.active.CompareAndSwap(cur, int32(v)) {

@@ -15,6 +15,8 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -75,6 +77,35 @@ func BenchmarkEtcdBatching(b *testing.B) {
 		b.Run(fmt.Sprintf("reserve-commit/batching=%s/clients=64", mode.name), func(b *testing.B) {
 			benchReserveCommitWith(b, c, 64, func(cfg *etcdstore.Config) { cfg.MaxConcurrentTxns = mode.max })
 		})
+	}
+}
+
+// BenchmarkEtcdFormats measures reserve+commit pairs and CAS at 64 clients
+// on a namespace at the version before storeversion.CompactFormat (format 1)
+// and on one at CompactFormat, back to back on one server, each workload
+// twice in alternation (old, new, old, new) so that a load change on the
+// machine shows as a difference between the two runs of one format:
+//
+//	go test -run='^$' -bench=BenchmarkEtcdFormats -benchtime=3000x ./provider/etcd/
+func BenchmarkEtcdFormats(b *testing.B) {
+	srv := etcdtest.Start(b, etcdtest.WithFsync(true))
+	c := srv.Client(b)
+	at := func(v storeversion.Version) func(*etcdstore.Config) {
+		return func(cfg *etcdstore.Config) {
+			if _, err := c.Put(context.Background(), schema.NewLayout(cfg.Namespace).ActiveVersion(), schema.EncodeActiveVersion(v)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, w := range []struct {
+		name string
+		run  func(*testing.B, *clientv3.Client, int, func(*etcdstore.Config))
+	}{{"reserve-commit", benchReserveCommitWith}, {"cas", benchCASWith}} {
+		for round := range 2 {
+			for _, v := range []storeversion.Version{storeversion.CompactFormat - 1, storeversion.CompactFormat} {
+				b.Run(fmt.Sprintf("%s/version=%d/run=%d/clients=64", w.name, v, round+1), func(b *testing.B) { w.run(b, c, 64, at(v)) })
+			}
+		}
 	}
 }
 
@@ -303,9 +334,12 @@ func spotKey(b *testing.B, id string) authority.Key {
 }
 
 // benchCAS: CAS puts, each client on its own active row.
-func benchCAS(b *testing.B, c *clientv3.Client, clients int) {
+func benchCAS(b *testing.B, c *clientv3.Client, clients int) { benchCASWith(b, c, clients, nil) }
+
+// benchCASWith is benchCAS on a store whose Config edit changed.
+func benchCASWith(b *testing.B, c *clientv3.Client, clients int, edit func(*etcdstore.Config)) {
 	ctx := context.Background()
-	s := benchStore(b, c, 1)
+	s := benchStoreWith(b, c, 1, edit)
 	keys := make([]authority.Key, clients)
 	versions := make([]authority.StoreVersion, clients)
 	for i := range clients {

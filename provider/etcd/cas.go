@@ -55,7 +55,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		next.Token = 0 // a new owner lease: resolved to this write's revision
 		next.Payload = m.Payload
 		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, m.TargetOwner))
-		t.Put(rowKey, next.Encode())
+		t.Put(rowKey, s.rowValue(t, next))
 		t.Del(s.keys.OwnerRow(cur.Owner, key))
 		t.Put(s.keys.OwnerRow(next.Owner, key), "")
 	case authority.MutationRestore:
@@ -63,12 +63,12 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 			return s.conflictNow(ctx, key)
 		}
 		next.Payload = m.Payload
-		t.Put(rowKey, next.Encode())
+		t.Put(rowKey, s.rowValue(t, next))
 	default: // put
 		t.Cmp(s.rowOwnerLive(cur))
 		next.Payload = m.Payload
 		s.pretendWrite(t, cur, next)
-		t.Put(rowKey, next.Encode())
+		t.Put(rowKey, s.rowValue(t, next))
 	}
 	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
 	if err != nil {

@@ -53,8 +53,8 @@ func (s *Store) activate(t *txnkit.Txn, cur *schema.Row, payload []byte) *schema
 	next.Alloc.State = authority.AllocationActive
 	next.Pending = nil
 	next.Payload = append([]byte(nil), payload...)
-	t.Put(s.keys.Row(cur.Key), next.Encode())
-	t.Put(s.keys.CapacityRow(next.Alloc, cur.Key), schema.EncodeCapacityEntry(next.Alloc.State, next.Alloc.Capacity))
+	t.Put(s.keys.Row(cur.Key), s.rowValue(t, next))
+	t.Put(s.keys.CapacityRow(next.Alloc, cur.Key), s.capacityValue(t, next.Alloc.State, next.Alloc.Capacity))
 	s.touchCapacity(t, next.Alloc)
 	return next
 }

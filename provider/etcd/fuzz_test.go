@@ -11,6 +11,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -81,13 +82,23 @@ func FuzzDecodeCapacity(f *testing.F) {
 	f.Add("row/x", []byte(`{"st":"reserved","a":1e400}`))
 	f.Add("row/x", []byte(`{"st":"active","a":-5}`)) // once subtracted from the node's usage
 	f.Add("row/x", []byte(`{}`))
+	// the compact format (storeversion.CompactFormat)
+	f.Add("row/actor/a1", []byte(schema.EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, authority.CapacityVector{Actors: 1})))
+	f.Add("agg/agg-1/1", []byte(schema.EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationReserved, authority.CapacityVector{Spots: 2, SpotType: &authority.SpotTypeCapacity{
+		ObjectKind: authority.ObjectInstanceSpot, StableType: "type-a", Count: 2}})))
+	f.Add("row/x", []byte("\x00\x02\x08\x09"))
+	f.Add("row/x", []byte("\x00\x02\x08\x01\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))
 	s := &Store{keys: schema.NewLayout("/ns/")}
 	node := authority.NodeDescriptor{MeshName: "mesh-1", RID: "node-a"}
 	f.Fuzz(func(t *testing.T, rest string, value []byte) {
 		if st, c, err := schema.DecodeCapacityEntry(value); err == nil {
-			enc := schema.EncodeCapacityEntry(st, c)
+			ver := storeversion.Base // re-encoded in the format it was read in
+			if len(value) > 0 && value[0] == 0 {
+				ver = storeversion.CompactFormat
+			}
+			enc := schema.EncodeCapacityEntryAt(ver, st, c)
 			st2, again, err := schema.DecodeCapacityEntry([]byte(enc))
-			if err != nil || st2 != st || !reflect.DeepEqual(c, again) || schema.EncodeCapacityEntry(st2, again) != enc {
+			if err != nil || st2 != st || !reflect.DeepEqual(c, again) || schema.EncodeCapacityEntryAt(ver, st2, again) != enc {
 				t.Fatalf("capacity %q: decoded %s %+v, re-encoded %q, decoded %s %+v, %v", value, st, c, enc, st2, again, err)
 			}
 		}

@@ -231,7 +231,7 @@ func (rb *rebinder) build(pending []*rebindRow) (t *txnkit.Txn, n int) {
 		next := r.Next(0)
 		next.Owner = to
 		next.Token = 0 // a new owner lease: resolved to this write's revision
-		value := next.Encode()
+		value := s.rowValue(t, next)
 		oldIdx, newIdx := s.keys.OwnerRow(rb.from, p.key), s.keys.OwnerRow(to, p.key)
 		live := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to)
 		cmps, els, bytes := 1, 1, 3*len(rowKey)+len(value)+len(oldIdx)+len(newIdx)+6*txnkit.OpOverhead

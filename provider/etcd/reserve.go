@@ -34,8 +34,8 @@ func (s *Store) addReserve(t *txnkit.Txn, r *reservation) {
 	rowKey := s.keys.Row(r.key)
 	t.Cmp(modRevIs(rowKey, 0))
 	t.Cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
-	t.Put(rowKey, r.row.Encode())
-	t.Put(s.keys.CapacityRow(r.row.Alloc, r.key), schema.EncodeCapacityEntry(r.row.Alloc.State, r.row.Alloc.Capacity))
+	t.Put(rowKey, s.rowValue(t, r.row))
+	t.Put(s.keys.CapacityRow(r.row.Alloc, r.key), s.capacityValue(t, r.row.Alloc.State, r.row.Alloc.Capacity))
 	s.touchCapacity(t, r.row.Alloc)
 	t.Put(s.keys.OwnerRow(r.target.Owner, r.key), "")
 }

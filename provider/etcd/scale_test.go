@@ -23,6 +23,8 @@ import (
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -220,6 +222,19 @@ func (ss *scaleServer) stop() {
 }
 
 func (ss *scaleServer) store() *etcdstore.Store {
+	// AUTHORITY_SCALE_VERSION: the namespace's active version (default: a new
+	// namespace's, Latest), to measure a format next to another
+	if v := os.Getenv("AUTHORITY_SCALE_VERSION"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || !storeversion.Known(storeversion.Version(n)) {
+			ss.t.Fatalf("AUTHORITY_SCALE_VERSION: %q is not a version this build knows", v)
+		}
+		key := schema.NewLayout(scaleNS).ActiveVersion()
+		if _, err := ss.c.Txn(context.Background()).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, schema.EncodeActiveVersion(storeversion.Version(n)))).Commit(); err != nil {
+			ss.t.Fatal(err)
+		}
+	}
 	// the store's limits are the server's, as the README configures them
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: ss.c, Namespace: scaleNS,
 		MaxTxnOps: preflight.RecommendedMaxTxnOps, MaxRequestBytes: preflight.RecommendedMaxRequestBytes})
@@ -304,6 +319,19 @@ func scaleFootprint(t *testing.T, ss *scaleServer, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	av, err := c.Get(ctx, schema.NewLayout(scaleNS).ActiveVersion())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var active *mvccpb.KeyValue
+	if len(av.Kvs) > 0 {
+		active = av.Kvs[0]
+	}
+	v, err := schema.DecodeActiveVersion(active)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figure(t, n, "store version", "%s", v)
 	figure(t, n, "keys per row", "%.3f (%d keys)", float64(all.Count)/float64(n), all.Count)
 	for k := schema.EntryRow; k <= schema.EntryCapacityEpoch; k++ {
 		keys, bytes := scaleSegment(t, c, schema.Prefix(scaleNS, k))

@@ -146,6 +146,8 @@ type FinalizeResult struct {
 	From, To storeversion.Version
 	// Moved says the active version moved (false on a dry run).
 	Moved bool
+	// Revision is the etcd revision at which it moved (0 unless Moved).
+	Revision int64
 	// Status is the status Finalize decided on.
 	Status UpgradeStatus
 }
@@ -199,7 +201,7 @@ func finalize(ctx context.Context, kv clientv3.KV, namespace string, target stor
 			return res, mapError(err, true)
 		}
 		if tresp.Succeeded {
-			res.To, res.Moved = target, true
+			res.To, res.Moved, res.Revision = target, true, tresp.Header.Revision
 			return res, nil
 		}
 	}
@@ -234,7 +236,7 @@ func (s *Store) Finalize(ctx context.Context, target storeversion.Version, dryRu
 	defer cancel()
 	res, err := Finalize(ctx, s.kv, s.keys.Namespace(), target, dryRun)
 	if err == nil && res.Moved {
-		s.version.raise(res.To)
+		s.version.raise(res.To, res.Revision)
 	}
 	return res, err
 }

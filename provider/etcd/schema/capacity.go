@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -53,7 +54,13 @@ func EncodeCapacityEntry(state authority.AllocationState, c authority.CapacityVe
 // state and the capacity it holds.
 func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.CapacityVector, error) {
 	var w capacityEntryWire
-	if err := decodeStrict(v, &w); err != nil {
+	var err error
+	if rest, ok := bytes.CutPrefix(v, []byte(compactMarker)); ok {
+		w, err = decodeCapacityEntryCompact(rest)
+	} else {
+		err = decodeStrict(v, &w)
+	}
+	if err != nil {
 		return "", authority.CapacityVector{}, err
 	}
 	st := authority.AllocationState(w.State)

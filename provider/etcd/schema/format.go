@@ -8,14 +8,19 @@ package schema
 //
 //	kind                       format  starts with            a later format starts with
 //	row                        1       rowFormat (01)         02, 03, ...
+//	row                        2       rowFormatCompact (02)  03, ...
 //	aggregate record           1       aggregateFormat1 (00 01)  00 02, ... (format 0: gob, still read)
 //	capacity entry             1       jsonObjectStart ({)    00 02, as aggregate records did
+//	capacity entry             2       compactMarker (00 02)  00 03, ...
 //	reservation terminal       1       {                      00 02
 //	creation terminal          1       {                      00 02
 //	owner liveness             1       {                      00 02
 //	owner generation           1       a decimal digit        any non-digit
 //	relocation blob            1       its expiry (8 bytes)   — no marker: see below
 //	owner index, capacity epoch        empty                  (the key is the value)
+//
+// Format 2 of rows and capacity entries is the compact format (compact.go),
+// written only at storeversion.CompactFormat; format 1 stays readable.
 //
 // Inside format 1 a field may be added when a value without it still means
 // what it meant before (JSON: omitempty, or a pointer when its zero value is
@@ -28,6 +33,15 @@ const (
 	// rowFormat is the first byte of every row value: format 1, then a
 	// uvarint length, the JSON header (rowWire) and the raw payload.
 	rowFormat byte = 1
+
+	// rowFormatCompact is the first byte of a row value of format 2: then a
+	// uvarint length, the compact metadata (compactpb.Row) and the payload.
+	rowFormatCompact byte = 2
+
+	// compactMarker starts a capacity entry of format 2 (compactpb
+	// .CapacityEntry follows): never the start of a JSON object, which
+	// format 1 values are.
+	compactMarker = "\x00\x02"
 
 	// aggregateFormat1 is the start of an aggregate record of format 1, then
 	// aggregateWire as JSON (the store's own types, short field names).

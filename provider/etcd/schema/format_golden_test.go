@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 )
 
 var updateFormat = flag.Bool("update-format", false, "rewrite the stored-format golden files under testdata/format/")
@@ -81,6 +83,10 @@ func goldenValues() map[string]string {
 		"aggregate-committed": goldenAggregate(AggregateCommitted).Encode(),
 		"owner-generation":    EncodeOwnerGeneration(41),
 		"blob":                EncodeBlob(goldenTime, []byte("relocation \x00 data")),
+		// the compact format (storeversion.CompactFormat)
+		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
+		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),
+		"capacity-entry.v2-compact": EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
 	}
 }
 
@@ -166,5 +172,40 @@ func TestRowWithoutTokenStillDecodes(t *testing.T) {
 		again, err := DecodeRow("user_spot/room-1", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(r.Next(0).Encode()), ModRevision: 20, CreateRevision: 5})
 		require.NoError(t, err)
 		require.Equal(t, tc.wantToken, again.Token, "a same-owner write keeps the token")
+	}
+}
+
+// TestCompactFormatDecodesAsFormat1: every compact golden value decodes to
+// exactly what its format-1 twin decodes to (so either format means the
+// same row or entry), is smaller, and starts with its own marker; a
+// namespace below CompactFormat still writes format 1.
+func TestCompactFormatDecodesAsFormat1(t *testing.T) {
+	v := goldenValues()
+	kv := func(value string, mod int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte("k"), Value: []byte(value), ModRevision: mod, CreateRevision: 5}
+	}
+	for _, name := range []string{"row-reserved", "row-active"} {
+		old, err := DecodeRow("user_spot/room-1", kv(v[name], 12))
+		require.NoError(t, err, name)
+		compact, err := DecodeRow("user_spot/room-1", kv(v[name+".v2-compact"], 12))
+		require.NoError(t, err, name)
+		require.Equal(t, old, compact, name)
+		require.Equal(t, rowFormatCompact, v[name+".v2-compact"][0])
+		require.Less(t, len(v[name+".v2-compact"]), len(v[name]), name)
+	}
+	st, c, err := DecodeCapacityEntry([]byte(v["capacity-entry"]))
+	require.NoError(t, err)
+	st2, c2, err := DecodeCapacityEntry([]byte(v["capacity-entry.v2-compact"]))
+	require.NoError(t, err)
+	require.Equal(t, st, st2)
+	require.Equal(t, c, c2)
+	require.True(t, strings.HasPrefix(v["capacity-entry.v2-compact"], compactMarker))
+	require.Less(t, len(v["capacity-entry.v2-compact"]), len(v["capacity-entry"]))
+	for ver := storeversion.MinSupported; ver < storeversion.CompactFormat; ver++ {
+		require.Equal(t, v["row-active"], goldenRow(authority.AllocationActive).EncodeAt(ver), "version %s writes format 1", ver)
+		require.Equal(t, v["capacity-entry"], EncodeCapacityEntryAt(ver, authority.AllocationActive, c), "version %s", ver)
+	}
+	for ver := storeversion.CompactFormat; ver <= storeversion.Latest; ver++ {
+		require.Equal(t, rowFormatCompact, goldenRow(authority.AllocationActive).EncodeAt(ver)[0], "version %s writes format 2", ver)
 	}
 }

@@ -13,3 +13,14 @@ type pretendWire struct{}
 func (PretendNext) wire() pretendWire { return pretendWire{} }
 
 func (pretendWire) row() PretendNext { return PretendNext{} }
+
+func (pretendWire) compact() int64 { return 0 }
+
+// pretendFromCompact refuses a compact row that carries NextPretend's
+// field: a released build does not know it.
+func pretendFromCompact(n int64) (pretendWire, error) {
+	if n != 0 {
+		return pretendWire{}, errUnknownCompactField
+	}
+	return pretendWire{}, nil
+}

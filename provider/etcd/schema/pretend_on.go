@@ -19,3 +19,8 @@ type pretendWire struct {
 func (p PretendNext) wire() pretendWire { return pretendWire{Writes: p.Writes} }
 
 func (w pretendWire) row() PretendNext { return PretendNext{Writes: w.Writes} }
+
+func (w pretendWire) compact() int64 { return w.Writes }
+
+// pretendFromCompact is the compact form's field of NextPretend.
+func pretendFromCompact(n int64) (pretendWire, error) { return pretendWire{Writes: n}, nil }

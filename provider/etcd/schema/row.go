@@ -92,7 +92,7 @@ var errBadRow = errors.New("undecodable row")
 // DecodeRow decodes a stored row.
 func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 	v := kv.Value
-	if len(v) < 2 || v[0] != rowFormat {
+	if len(v) < 2 || v[0] != rowFormat && v[0] != rowFormatCompact {
 		return nil, corrupt(string(kv.Key), errBadRow)
 	}
 	n, sz := binary.Uvarint(v[1:])
@@ -100,8 +100,8 @@ func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 		return nil, corrupt(string(kv.Key), errBadRow)
 	}
 	meta := v[1+sz : 1+sz+int(n)]
-	var w rowWire
-	if err := decodeStrict(meta, &w); err != nil {
+	w, err := decodeRowMeta(v[0], meta)
+	if err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
 	if err := w.check(); err != nil {
@@ -142,6 +142,19 @@ func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 		return nil, corrupt(string(kv.Key), errBadRow)
 	}
 	return r, nil
+}
+
+// decodeRowMeta decodes a row's metadata of format f (rowFormat or
+// rowFormatCompact) into the format-1 wire form.
+func decodeRowMeta(f byte, meta []byte) (*rowWire, error) {
+	if f == rowFormatCompact {
+		return decodeRowMetaCompact(meta)
+	}
+	var w rowWire
+	if err := decodeStrict(meta, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
 }
 
 // Snapshot returns the contract's view of r read at now.

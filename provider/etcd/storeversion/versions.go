@@ -48,11 +48,20 @@ const (
 	// older one.
 	TokenFollowsOwner Version = 2
 
+	// CompactFormat (a stored format): row metadata and capacity entries
+	// in the compact format (schema's compact.go: protobuf behind a marker
+	// byte, where format 1 was JSON with field names; docs/design-etcd.md,
+	// "The compact format"). Every build from this one reads both formats;
+	// a build before it refuses a compact value as ErrCorrupt, which is
+	// why the format is written only once the namespace is finalized here,
+	// and every Txn that writes it compares the active version (fence).
+	CompactFormat Version = 3
+
 	// NextPretend is a change that exists only in test builds (build tag
 	// authority_next): a row field (schema's rowNext, "nx") and a fence
 	// rule (a row write also compares the namespace's active version). It
 	// proves the mechanism with a version the released build cannot read.
-	NextPretend Version = 3
+	NextPretend Version = 4
 )
 
 // MinSupported is the oldest active version this build works at.
@@ -70,6 +79,7 @@ var names = []struct {
 }{
 	{Base, "Base"},
 	{TokenFollowsOwner, "TokenFollowsOwner"},
+	{CompactFormat, "CompactFormat"},
 	{NextPretend, "NextPretend"},
 }
 

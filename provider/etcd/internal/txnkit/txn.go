@@ -53,6 +53,18 @@ func (t *Txn) Cmp(c clientv3.Cmp) {
 	t.Bytes += len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead
 }
 
+// CmpOnce adds c unless the Txn holds the same compare already (a fence
+// several of its writes ask for).
+func (t *Txn) CmpOnce(c clientv3.Cmp) {
+	id := cmpID(&c)
+	for i := range t.Cmps {
+		if cmpID(&t.Cmps[i]) == id {
+			return
+		}
+	}
+	t.Cmp(c)
+}
+
 // Put adds a put of value at key. A key written twice in one Txn is a bug
 // of the caller (etcd refuses it): Put panics.
 func (t *Txn) Put(key, value string, opts ...clientv3.OpOption) {
