@@ -30,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/zlink-systems/authority/examples/throwawayetcd"
 	"io"
 	"os"
 	"os/signal"
@@ -83,7 +84,7 @@ func run(ctx context.Context, out io.Writer, dsn string, endpoints []string) err
 	defer db.Close()
 	throwaway := len(endpoints) == 0
 	if throwaway {
-		endpoint, stopEtcd, err := throwawayEtcd(ctx)
+		endpoint, stopEtcd, err := throwawayetcd.Start(ctx)
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/zlink-systems/authority/examples/throwawayetcd"
 	"io"
 	"maps"
 	"os"
@@ -141,7 +142,7 @@ func (x *cartIndex) followFeed(ctx context.Context, out io.Writer, rows authorit
 func run(ctx context.Context, out io.Writer) error {
 	fmt.Fprintln(out, "A cart index follows the carts with a row feed: it lists them, stops, resumes after the revision\n"+
 		"it saved, relists when etcd compacted that history away; then a view reads them from memory.")
-	endpoint, stopEtcd, err := throwawayEtcd(ctx)
+	endpoint, stopEtcd, err := throwawayetcd.Start(ctx)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/zlink-systems/authority/examples/throwawayetcd"
 	"io"
 	"os"
 	"os/exec"
@@ -70,7 +71,7 @@ type node struct {
 func run(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "Three nodes place carts on one etcd; node-b's process is killed, and node-a takes its\n"+
 		"carts over once etcd expires node-b's owner lease (TTL %s).\n", leaseTTL)
-	endpoint, stopEtcd, err := throwawayEtcd(ctx)
+	endpoint, stopEtcd, err := throwawayetcd.Start(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,7 @@
-package main
+// Package throwawayetcd starts the single-member etcd server the examples
+// run on when they get no -endpoints: in your program, that is your own
+// cluster's endpoints.
+package throwawayetcd
 
 import (
 	"context"
@@ -11,11 +14,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// throwawayEtcd starts a single-member etcd server on a loopback port, in a
+// Start starts a single-member etcd server on a loopback port, in a
 // temporary data directory that stop removes. It stands in for your own
 // cluster when the program gets no -endpoints. Each start is a new cluster
 // (a random cluster token): ownership tokens start low again.
-func throwawayEtcd(ctx context.Context) (endpoint string, stop func(), err error) {
+func Start(ctx context.Context) (endpoint string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "authority-example-etcd-")
 	if err != nil {
 		return "", nil, err
