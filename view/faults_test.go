@@ -2,7 +2,6 @@ package view_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -353,41 +352,15 @@ func testViewNewShortDeadlines(t *testing.T, h *conformance.Harness) {
 	}
 	warm := newView(t, h, view.Config{})
 	require.NoError(t, warm.Close())
-	streams, counted := etcdtest.WatchStreams()
-	baseline := goleak.IgnoreCurrent()
-	failed, started := 0, 0
-	bound := time.Now().Add(2 * time.Minute)
-	for i := 0; i < 200 || failed < 50 || started < 20; i++ {
-		require.True(t, time.Now().Before(bound), "after %d starts: %d ended by their deadline, %d started", i, failed, started)
-		// every seventh start has time to finish (an external server, or a
-		// loaded machine, may take longer than 5 ms for every start)
-		wait := time.Duration(i%6) * time.Millisecond
-		if i%7 == 6 {
-			wait = 10 * time.Second
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
+	failed, started := etcdtest.ShortDeadlines(t, func(ctx context.Context, _ int) error {
 		v, err := view.New(ctx, h.Store.(view.Store), view.Config{})
-		cancel()
 		if err != nil {
-			failed++
-			continue
+			return err
 		}
-		started++
 		require.NoError(t, v.Close())
-	}
+		return nil
+	})
 	t.Logf("%d starts ended by their deadline, %d started", failed, started)
-	bound = time.Now().Add(time.Minute)
-	for {
-		now, _ := etcdtest.WatchStreams()
-		err := goleak.Find(baseline)
-		if err == nil && (!counted || now <= streams) {
-			return
-		}
-		if time.Now().After(bound) {
-			t.Fatalf("watch streams %d (before: %d, counted: %v); goroutines: %v", now, streams, counted, errors.Join(err))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // TestViewNewOnClosingStore: a store that closes while New waits for the

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	authority "github.com/zlink-systems/authority"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -101,23 +99,9 @@ func TestFeedShortDeadlinesReleaseStreams(t *testing.T) {
 	warm, err := s.WatchRows(context.Background(), authority.FeedRequest{})
 	require.NoError(t, err)
 	require.NoError(t, warm.Close())
-	streams, counted := etcdtest.WatchStreams()
-	baseline := goleak.IgnoreCurrent()
-	ended, opened := 0, 0
-	bound := time.Now().Add(2 * time.Minute)
-	for i := 0; i < 200 || ended < 50 || opened < 20; i++ {
-		require.True(t, time.Now().Before(bound), "after %d opens: %d ended by their deadline, %d opened", i, ended, opened)
-		// every seventh open has time to finish (an external server, or a
-		// loaded machine, may take longer than 5 ms for every open)
-		wait := time.Duration(i%6) * time.Millisecond
-		if i%7 == 6 {
-			wait = 10 * time.Second
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		req := authority.FeedRequest{Prefix: "actor/", List: i%2 == 0}
-		f, err := s.WatchRows(ctx, req)
+	ended, opened := etcdtest.ShortDeadlines(t, func(ctx context.Context, i int) error {
+		f, err := s.WatchRows(ctx, authority.FeedRequest{Prefix: "actor/", List: i%2 == 0})
 		if err == nil {
-			opened++
 			_, err = f.Next(ctx)
 			// a progress request after the watch ended opens a stream again
 			_ = f.RequestProgress(context.Background())
@@ -127,29 +111,8 @@ func TestFeedShortDeadlinesReleaseStreams(t *testing.T) {
 			// gRPC may time the request out a moment before ctx's timer fires
 			require.True(t, ctx.Err() != nil || status.Code(errors.Unwrap(err)) == codes.DeadlineExceeded ||
 				strings.Contains(err.Error(), "DeadlineExceeded"), "a feed failed, not by its deadline: %v", err)
-			ended++
 		}
-		cancel()
-	}
+		return err
+	})
 	t.Logf("%d opens ended by their deadline, %d opened", ended, opened)
-	requireSettled(t, baseline, streams, counted)
-}
-
-// requireSettled waits (a bounded time) until the goroutines started since
-// baseline ended and the embedded servers serve at most streams watch
-// streams (when counted).
-func requireSettled(t *testing.T, baseline goleak.Option, streams int, counted bool) {
-	t.Helper()
-	bound := time.Now().Add(time.Minute)
-	for {
-		now, _ := etcdtest.WatchStreams()
-		err := goleak.Find(baseline)
-		if err == nil && (!counted || now <= streams) {
-			return
-		}
-		if time.Now().After(bound) {
-			t.Fatalf("watch streams %d (before: %d, counted: %v); goroutines: %v", now, streams, counted, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
