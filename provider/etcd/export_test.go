@@ -133,3 +133,11 @@ func FinalizeRacing(ctx context.Context, kv clientv3.KV, namespace string, targe
 
 // AnnounceTTLSeconds is the TTL of a store's own announcement lease.
 const AnnounceTTLSeconds = int64(announceTTL / time.Second)
+
+// SetCloseRevokeTimeout sets how long Close may wait for its revokes and
+// returns the function that restores it.
+func SetCloseRevokeTimeout(d time.Duration) (restore func()) {
+	old := closeRevokeTimeout
+	closeRevokeTimeout = d
+	return func() { closeRevokeTimeout = old }
+}

@@ -340,6 +340,10 @@ func checkServerVersion(endpoint, version string) error {
 	return nil
 }
 
+// closeRevokeTimeout bounds the revokes Close sends (owner leases, the
+// announcement, the expiry leases of records).
+var closeRevokeTimeout = 5 * time.Second
+
 // Close releases the store's leases for MarkLive, stops and revokes every
 // owner lease it still holds (each one's Done closes before its revoke) and
 // closes the client when the store dialled it. Rows and records stay.
@@ -359,7 +363,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	// a caller's client closed before the store ends the revokes at once:
 	// nothing can be sent on it (the leases expire by their TTL)
-	ctx, cancel := context.WithTimeout(s.client.Ctx(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(s.client.Ctx(), closeRevokeTimeout)
 	defer cancel()
 	s.held.close(ctx, s.client) // before the client closes: OwnerLease.Close promises a revoke
 	s.obs.Metrics().Close()     // its leases no longer count in the shared gauges
