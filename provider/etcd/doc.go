@@ -35,6 +35,9 @@
 //	                                                versions it works at), one per etcd lease it holds
 //	                                                (its own and each owner lease's, 16 hex digits),
 //	                                                attached to that lease
+//	ns/shard-map/current                            the shard map of a store over several clusters
+//	                                                (provider/sharded): the same in every shard's
+//	                                                namespace; absent in a single cluster's
 //
 // TestPackageDocKeyLayout (package schema) keeps this list equal to the keys
 // schema builds.

@@ -49,10 +49,13 @@ const (
 	// (ActiveVersion set) or a running process's announcement
 	// (Announcement set).
 	EntryStoreVersion
+	// EntryShardMap is the shard map of a store over several etcd
+	// clusters (ShardMap set).
+	EntryShardMap
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version", "shard map"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -76,6 +79,7 @@ var segments = map[EntryKind]string{
 	EntryBlob:            SegBlobs + "/",
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 	EntryStoreVersion:    SegStoreVersion + "/",
+	EntryShardMap:        SegShardMap + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -146,6 +150,8 @@ type Entry struct {
 	// lease it is attached to.
 	Announcement *Announcement
 	Lease        int64
+	// ShardMap is the shard map (the shard-map key).
+	ShardMap *ShardMap
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a
@@ -274,6 +280,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeCapacityEpoch(rest, kv)
 	case EntryStoreVersion:
 		err = e.decodeStoreVersion(namespace, kv)
+	case EntryShardMap:
+		err = e.decodeShardMap(namespace, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		expires, data, berr := DecodeBlob(kv)

@@ -70,6 +70,13 @@ func goldenAggregate(state string) *AggregateRecord {
 	return rec
 }
 
+func goldenShardMap() ShardMap {
+	return ShardMap{Epoch: 1, Hash: "fnv1a64-jump", Shards: []ShardMapShard{
+		{ClusterID: "cdf818194e3a8c32", Namespace: "/zlink/authority/v1/"},
+		{ClusterID: "8e9e05c52164694d", Namespace: "/zlink/authority/v1/"},
+	}}
+}
+
 // goldenValues are every kind of value the store writes, from fixed inputs.
 func goldenValues() map[string]string {
 	return map[string]string{
@@ -83,6 +90,7 @@ func goldenValues() map[string]string {
 		"aggregate-committed": goldenAggregate(AggregateCommitted).Encode(),
 		"owner-generation":    EncodeOwnerGeneration(41),
 		"blob":                EncodeBlob(goldenTime, []byte("relocation \x00 data")),
+		"shard-map":           goldenShardMap().Encode(),
 		// the compact format (storeversion.CompactFormat)
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),

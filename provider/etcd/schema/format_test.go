@@ -43,6 +43,7 @@ func TestLaterFormatIsRefused(t *testing.T) {
 		{"creation terminal", l.Terminal(goldenTerminal().Operation), goldenValues()["creation-terminal"], ""},
 		{"liveness", l.Liveness(node, 3, owner), goldenValues()["liveness"], ""},
 		{"owner generation", l.OwnerGen(owner.OwnerID), goldenValues()["owner-generation"], ""},
+		{"shard map", l.ShardMap(), goldenValues()["shard-map"], ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
