@@ -36,7 +36,7 @@ type feedLog struct {
 	t       testing.TB
 	rev     int64
 	pos     authority.FeedPosition // a FeedPositioner's feed: the last batch's Position
-	listing bool // a FeedListed batch came: read on to FeedSynced
+	listing bool                   // a FeedListed batch came: read on to FeedSynced
 	synced  bool
 	listed  map[authority.Key]*authority.Snapshot
 	events  []authority.FeedEvent

@@ -81,4 +81,6 @@ const deviationCrossShard = "its aggregate has participants in several shards, w
 
 func TestConformance(t *testing.T) { conformance.RunAll(t.Context(), t, factory(clusterCount)) }
 
-func TestFeedConformance(t *testing.T) { conformance.RunTestFeed(t.Context(), t, factory(clusterCount)) }
+func TestFeedConformance(t *testing.T) {
+	conformance.RunTestFeed(t.Context(), t, factory(clusterCount))
+}

@@ -26,7 +26,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, shards: make([]*shard, len(cfg.Shards)), }
+	s := &Store{cfg: cfg, shards: make([]*shard, len(cfg.Shards))}
 	err := s.eachShard(ctx, func(ctx context.Context, i int, _ *shard) error {
 		sc := cfg.shardConfig(i)
 		if cfg.Escrow != nil {
