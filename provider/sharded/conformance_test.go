@@ -45,12 +45,15 @@ func harnessFor(s *sharded.Store, clock *authority.ManualClock) *conformance.Har
 				t.Fatalf("set live: %v", err)
 			}
 		},
-		AdvanceClock:    func(_ testing.TB, d time.Duration) { clock.Advance(d) },
-		Now:             clock.Now,
+		Now:             time.Now,
 		ExpireScans:     compactAll,
 		Relocation:      s.Relocation(),
 		RecordRetention: s.RecordRetention(),
 		Skip:            crossShardSubtests,
+	}
+	if clock != nil {
+		h.AdvanceClock = func(_ testing.TB, d time.Duration) { clock.Advance(d) }
+		h.Now = clock.Now
 	}
 	if s.Shards() == 1 {
 		h.SetCapacityPolicy = func(t testing.TB, p authority.CapacityPolicy) {
@@ -83,4 +86,19 @@ func TestConformance(t *testing.T) { conformance.RunAll(t.Context(), t, factory(
 
 func TestFeedConformance(t *testing.T) {
 	conformance.RunTestFeed(t.Context(), t, factory(clusterCount))
+}
+
+// TestConformanceOneShard runs the suite on a store of one shard: every
+// subtest, the capacity ones included (one shard takes a policy).
+func TestConformanceOneShard(t *testing.T) {
+	conformance.RunAll(t.Context(), t, func(t *testing.T) *conformance.Harness {
+		h := factory(1)(t)
+		h.Skip = nil
+		return h
+	})
+}
+
+// TestFeedConformanceOneShard runs the feed suite on a store of one shard.
+func TestFeedConformanceOneShard(t *testing.T) {
+	conformance.RunTestFeed(t.Context(), t, factory(1))
 }

@@ -53,7 +53,7 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 		return nil, authority.Invalid(fmt.Sprintf(
 			"Feed After is one revision; a store of %d shards resumes a feed with AfterPosition (an earlier batch's Position).", len(s.shards)))
 	}
-	if req.After > 0 && !req.List {
+	if req.After > 0 && !req.List && req.AfterPosition == nil {
 		req.AfterPosition, req.After = authority.FeedPosition{req.After}, 0
 	}
 	if err := authority.ValidatePositionedFeedRequest(req, len(s.shards)); err != nil {

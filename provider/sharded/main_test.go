@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -136,6 +137,8 @@ func compactAll(t testing.TB) {
 		}
 	}
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // claimSet is a concurrency-safe authority.IdentityClaims.
 type claimSet struct {
