@@ -28,6 +28,10 @@ const closeTimeout = 10 * time.Second
 // Registry grants owner leases over every shard.
 type Registry struct{ s *Store }
 
+// OwnerHome returns the shard an owner's lease generations are taken in
+// first (the hash of its ID).
+func (s *Store) OwnerHome(ownerID string) int { return shardOf(ownerDomain+ownerID, len(s.shards)) }
+
 // Registry returns the store's owner registry.
 func (s *Store) Registry() *Registry { return &Registry{s} }
 
@@ -49,7 +53,7 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	home := shardOf(ownerDomain+ownerID, len(s.shards))
+	home := s.OwnerHome(ownerID)
 	first, err := s.shards[home].store.Registry().Acquire(ctx, node, lifecycle, ownerID, ttl)
 	if err != nil {
 		return nil, inShard(home, err)
