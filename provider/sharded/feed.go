@@ -97,7 +97,7 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 		return nil, err
 	}
 	f.sum = f.pos.Sum()
-	f.run()
+	f.run(s.life)
 	return f, nil
 }
 
@@ -170,10 +170,11 @@ func (f *mergedFeed) start(ctx context.Context, list bool) error {
 }
 
 // run starts one goroutine per shard feed, each handing its batches to Next
-// in that shard's order until its feed fails or the merged feed closes.
-func (f *mergedFeed) run() {
+// in that shard's order until its feed fails, or the merged feed or the
+// store (life) closes.
+func (f *mergedFeed) run(life context.Context) {
 	f.in = make(chan shardBatch)
-	f.life, f.stop = context.WithCancel(context.Background())
+	f.life, f.stop = context.WithCancel(life)
 	for i, sf := range f.feeds {
 		f.pumps.Add(1)
 		go func() {

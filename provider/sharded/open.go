@@ -27,6 +27,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, shards: make([]*shard, len(cfg.Shards))}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	err := s.eachShard(ctx, func(ctx context.Context, i int, _ *shard) error {
 		sc := cfg.shardConfig(i)
 		if cfg.Escrow != nil {
@@ -54,6 +55,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	if err != nil {
+		s.endLife()
 		_ = s.closeShards()
 		return nil, err
 	}

@@ -71,7 +71,9 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 		return err
 	})
 	if err != nil {
-		_ = closeLeases(context.WithoutCancel(ctx), leases)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		_ = closeLeases(cctx, leases)
 		return nil, err
 	}
 	l := &OwnerLease{s: s, token: first.Token(), leases: leases, done: make(chan struct{})}
@@ -80,7 +82,9 @@ func (r *Registry) Acquire(ctx context.Context, node authority.NodeDescriptor, l
 			<-sl.Done()
 			l.end()
 		}) {
-			_ = l.Close(context.WithoutCancel(ctx)) // the store is closing
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			defer cancel()
+			_ = l.Close(cctx) // the store is closing
 			return nil, authority.ErrClosed
 		}
 	}

@@ -24,6 +24,10 @@ type Store struct {
 	// aggs remembers the shard each aggregate was prepared in.
 	aggs   *fenceCache
 	closed atomic.Bool
+	// life ends when the store closes: feeds a caller did not close end
+	// with it.
+	life    context.Context
+	endLife context.CancelFunc
 
 	// bg counts the goroutines the store's owner leases run; Close waits
 	// for them once the shards are closed (which ends every shard lease).
@@ -76,6 +80,7 @@ func (s *Store) Close() error {
 	s.bgMu.Lock()
 	s.bgClosed = true
 	s.bgMu.Unlock()
+	s.endLife()
 	err := errors.Join(s.closeSeams(), s.closeShards())
 	s.bg.Wait()
 	return err

@@ -2,11 +2,13 @@ package sharded_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/zlink-systems/authority/fencing"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	"github.com/zlink-systems/authority/provider/sharded"
@@ -44,4 +46,34 @@ func TestFinalizeMovesEveryShard(t *testing.T) {
 		require.Equal(t, storeversion.Latest, r.To)
 	}
 	require.Eventually(t, func() bool { return s.ActiveVersion() == storeversion.Latest }, time.Minute, 10*time.Millisecond)
+}
+
+// TestClusterIDNamesTheShardSet: over several shards ClusterID names the
+// shard set: the same for every store of one map, another for another map
+// (fencing.Guard.ForCluster takes it); over one shard it is the cluster's.
+func TestClusterIDNamesTheShardSet(t *testing.T) {
+	ctx := context.Background()
+	shards := shardConfigs(t, clusterCount)
+	a := newStore(t, 0, sharded.Config{Shards: shards})
+	b := newStore(t, 0, sharded.Config{Shards: shards})
+	other := newStore(t, clusterCount, sharded.Config{})
+	idA, err := a.ClusterID(ctx)
+	require.NoError(t, err)
+	idB, err := b.ClusterID(ctx)
+	require.NoError(t, err)
+	idOther, err := other.ClusterID(ctx)
+	require.NoError(t, err)
+	require.Equal(t, idA, idB)
+	require.NotEqual(t, idA, idOther)
+	require.True(t, strings.HasPrefix(idA, "shards:"), idA)
+	g, err := fencing.NewGuard(fencing.PostgreSQL, "authority_fence")
+	require.NoError(t, err)
+	_, err = g.ForCluster(idA)
+	require.NoError(t, err, "a fence table can bind to the shard set")
+	one := newStore(t, 1, sharded.Config{})
+	idOne, err := one.ClusterID(ctx)
+	require.NoError(t, err)
+	want, err := one.Shard(0).ClusterID(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, idOne)
 }
