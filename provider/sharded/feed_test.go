@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,4 +217,57 @@ func TestClosedStoreRefuses(t *testing.T) {
 	_, err = s.Registry().Acquire(ctx, conformance.NodeA, 1, "closing", 10*time.Second)
 	require.ErrorIs(t, err, authority.ErrClosed)
 	require.NoError(t, s.Close(), "Close twice")
+}
+
+// failingFeedStore is the sharded store whose first feed fails after its
+// first batches (as a lost stream would), for a view to resume.
+type failingFeedStore struct {
+	*sharded.Store
+	opened atomic.Int64
+}
+
+func (s *failingFeedStore) WatchRows(ctx context.Context, req authority.FeedRequest) (authority.Feed, error) {
+	f, err := s.Store.WatchRows(ctx, req)
+	if err != nil || s.opened.Add(1) > 1 {
+		return f, err
+	}
+	return &failAfter{Feed: f, left: 3}, nil
+}
+
+// failAfter passes left batches on, then fails with ErrUnavailable.
+type failAfter struct {
+	authority.Feed
+	left int
+}
+
+func (f *failAfter) Next(ctx context.Context) (authority.FeedBatch, error) {
+	if f.left == 0 {
+		return authority.FeedBatch{}, authority.Wrap(authority.ErrUnavailable, "test: the feed's stream broke", nil)
+	}
+	f.left--
+	return f.Feed.Next(ctx)
+}
+
+// TestViewResumesAfterAPosition: a view whose feed over shards fails
+// resumes it after the position it applied (not after a revision, which a
+// store of several shards refuses), and answers from memory again.
+func TestViewResumesAfterAPosition(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, clusterCount, sharded.Config{})
+	fx := conformance.NewFixture(t, harnessFor(s, nil))
+	store := &failingFeedStore{Store: s}
+	v, err := view.New(ctx, store, view.Config{MaxWait: 2 * time.Minute})
+	require.NoError(t, err)
+	defer v.Close()
+	for i := range 3 * clusterCount {
+		key, id := keyInShard(t, s, i%clusterCount, fmt.Sprintf("resume%d", i))
+		want := fx.Active(authority.ObjectActor, id, conformance.TargetA)
+		got, err := v.Read(ctx, key, view.Freshness{})
+		require.NoError(t, err)
+		require.False(t, got.FromStore, "read %d fell back to the store", i)
+		conformance.RequireSameRow(t, want, got.Snapshot)
+	}
+	st := v.Stats()
+	require.GreaterOrEqual(t, st.Resumes, int64(1), "the view never resumed its feed")
+	require.Zero(t, st.Relists, "the view listed again instead of resuming")
 }
