@@ -34,7 +34,10 @@
 // The epoch is there for resharding (issue 43): a resharding job writes a
 // new map with a higher epoch. This store checks the map only at New; the
 // fence that stops a store of the old map from writing after a reshard (a
-// compare on the map key in every write Txn) is issue 43's.
+// compare on the map key in every write Txn) is issue 43's, and so is
+// refusing a single-cluster store opened directly on one shard's namespace
+// of a map of several shards (it would place rows without the map: open
+// shards only through this package).
 //
 // # Owner leases
 //
@@ -71,7 +74,8 @@
 // store's aggregate: record, target capacity and participants in one
 // cluster, prepared and committed in one Txn each. PrepareAggregate refuses a
 // fence already recorded in another shard (KindConflict: one fence, one
-// record), and CommitAggregate and AbortAggregate find the record (the
+// record; it reads the fence's record key in the other shards first, in
+// parallel), and CommitAggregate and AbortAggregate find the record (the
 // shard this store prepared it in, else every shard's record key read in
 // parallel, else Config.CrossShard, else the aggregate ID's home shard
 // answers). An aggregate whose participants span shards goes to
