@@ -13,5 +13,7 @@ func TestMain(m *testing.M) {
 	runPausedOwnerIfRequested()
 	runDownstreamWriterIfRequested()
 	runFailoverNodeIfRequested()
+	runReshardNodeIfRequested()
+	runReshardMoverIfRequested()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeUpgradeBuilds() }))
 }

@@ -279,7 +279,10 @@ func (g *globals) store(ctx context.Context, writes bool) (*etcdstore.Store, *cl
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes})
+	// ShardMapFence: authorityctl may write one shard of a sharded namespace
+	// directly (remove-owner, prune-epochs, upgrade finalize of each shard);
+	// its writes carry no map revision, so they are not fenced on the map
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes, ShardMapFence: true})
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, authority.ErrAccessDenied) {

@@ -158,6 +158,7 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 		"prune-epochs":            {"prune-epochs", "--dry-run"},
 		"upgrade status -o json":  {"upgrade", "status", "-o", "json"},
 		"upgrade finalize -o yml": {"upgrade", "finalize", "--dry-run", "-o", "yaml"},
+		"shards status":           {"shards", "status", "--clusters", clustersOnNamespace(t)},
 	}
 	// every command is here, but those that write without a --dry-run
 	for path, c := range leafCommands(newRootCommand(nil, nil, nil)) {

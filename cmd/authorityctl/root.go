@@ -139,7 +139,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 		newOwnersCommand(g), newCapacityCommand(g),
 		newTerminalsCommand(g), newAggregatesCommand(g), newReservationsCommand(g),
 		newDoctorCommand(g), newRemoveOwnerCommand(g), newPruneEpochsCommand(g), newDemoCommand(g),
-		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g), newUpgradeCommand(g),
+		newBlobsCommand(g), newTopCommand(g), newBenchCommand(g), newUpgradeCommand(g), newShardsCommand(g),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })

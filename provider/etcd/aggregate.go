@@ -159,7 +159,7 @@ func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*
 		if err != nil {
 			return nil, err
 		}
-		if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != part.ExpectedStoreVersion {
+		if r == nil || r.Alloc.State != authority.AllocationActive || r.Version() != part.ExpectedStoreVersion {
 			return p.conflict(), nil
 		}
 		t.Cmp(modRevIs(s.keys.Row(part.AuthorityKey), r.ModRev))
@@ -510,7 +510,7 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 	next := make([]*schema.Row, len(rows))
 	for i, p := range req.Participants {
 		r := rows[i]
-		if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != p.ExpectedStoreVersion {
+		if r == nil || r.Alloc.State != authority.AllocationActive || r.Version() != p.ExpectedStoreVersion {
 			return nil, nil
 		}
 		rowKey := s.keys.Row(p.AuthorityKey)

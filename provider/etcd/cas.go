@@ -25,7 +25,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		if err != nil {
 			return authority.CompareExchangeResult{}, err
 		}
-		if r == nil || schema.Version(r.ModRev) != expected {
+		if r == nil || r.Version() != expected {
 			// decided without a Txn: counted as the refused Txn would be
 			s.obs.Refused(ctx, observe.CompareRowVersion)
 			return s.conflict(r), nil

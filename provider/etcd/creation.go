@@ -21,7 +21,7 @@ func sameTarget(r *schema.Row, t authority.CreationTarget) bool {
 // version expected for target.
 func pendingMatches(r *schema.Row, id string, expected authority.StoreVersion, target authority.CreationTarget) bool {
 	return r != nil && r.Alloc.State == authority.AllocationReserved && r.Pending != nil &&
-		r.Pending.ReservationID == id && schema.Version(r.ModRev) == expected && sameTarget(r, target)
+		r.Pending.ReservationID == id && r.Version() == expected && sameTarget(r, target)
 }
 
 // reservationState returns the unexpired state of a reservation terminal

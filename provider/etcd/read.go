@@ -29,6 +29,13 @@ func (s *Store) readAuthority(ctx context.Context, key authority.Key) (authority
 
 // loadRow reads the row at key (nil when missing).
 func (s *Store) loadRow(ctx context.Context, key authority.Key) (*schema.Row, error) {
+	if _, fenced := s.mapFence(ctx); fenced {
+		resp, err := s.read(ctx, opGet(s.keys.Row(key)))
+		if err != nil {
+			return nil, err
+		}
+		return s.rowIn(txnkit.ReadsOf(resp), key)
+	}
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	resp, err := s.kv.Get(ctx, s.keys.Row(key))
@@ -70,6 +77,9 @@ func (s *Store) cachedRow(key authority.Key, expected authority.StoreVersion) *s
 		return nil
 	}
 	r := s.cache.get(s.keys.Row(key), rev)
+	if r != nil && r.Version() != expected {
+		r = nil // a row a resharding copied: its version is not its ModRevision
+	}
 	s.obs.Metrics().RowCache(r != nil)
 	return r
 }

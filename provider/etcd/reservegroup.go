@@ -471,6 +471,9 @@ func (g *groupRun) send(r groupRound, epoch int64) bool {
 	elseReads.usage.capacity = elseReads.usage.capacity.Shift(len(t.Els)) // after t's own Else reads
 	t.Els = append(t.Els, elseReads.ops...)
 	t.Bytes += elseReads.bytes
+	for _, i := range waiting { // each request holds only under the map it was routed by
+		s.addMapFence(g.batch[i].ctx, t)
+	}
 	resp, err := s.sendWrite(g.ctx, t, "the reservations")
 	if err != nil {
 		g.sendFailed(r, waiting, err)

@@ -17,14 +17,22 @@ import (
 // from the prefix's first row) at revision rev (0: the current revision),
 // with the revision it was read at, as ListAuthorities reads a page: a
 // revision etcd compacted is KindScanExpired, a future one ErrInvalidArgument.
-// It is recorded as a ListAuthorities operation.
+// It is recorded as a ListAuthorities operation. On a store fenced on the
+// shard map, a first page (rev 0) read on a context carrying a map revision
+// is ErrShardMapChanged when the map moved.
 func (s *Store) ListPageAt(ctx context.Context, prefix string, after authority.Key, rev int64, limit int) (res authority.ScanResult, at int64, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpList)
 	defer func() { op.End(res.Kind, err) }()
 	if rev < 0 || after != "" && (authority.ValidateKey(after) != nil || len(after) < len(prefix) || string(after[:len(prefix)]) != prefix) {
 		return authority.ScanResult{}, 0, authority.Invalid("Authority scan cursor is invalid.")
 	}
-	return s.listPage(ctx, prefix, after, rev, limit)
+	res, at, err = s.listPage(ctx, prefix, after, rev, limit)
+	if err == nil && rev == 0 {
+		// read at the current revision: under the map it was routed by
+		// only if the map has not moved since (shardfence.go)
+		err = s.CheckShardMap(ctx)
+	}
+	return res, at, err
 }
 
 // HasAggregate reports whether the namespace holds the record of the

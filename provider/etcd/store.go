@@ -125,6 +125,14 @@ type Config struct {
 	// failing, usage watch restarts, compaction seen, cluster regression,
 	// prune and rebind results (nil: none).
 	Logger *slog.Logger
+
+	// ShardMapFence fences the store on its namespace's shard map, for a
+	// store over several clusters (provider/sharded): every write Txn and
+	// every read of rows made on a context carrying a map revision
+	// (WithShardMapRevision) holds only while the shard-map key is at it,
+	// else fails with ErrShardMapChanged, writing nothing (shardfence.go).
+	// Off for a store of one cluster.
+	ShardMapFence bool
 }
 
 // Store is the etcd authority store. It implements authority.Store and
@@ -179,6 +187,9 @@ type Store struct {
 	version versionGate
 	// readOnly refuses every write (Config.ReadOnly, readonly.go).
 	readOnly bool
+	// shardFence fences writes and row reads on the shard map
+	// (Config.ShardMapFence, shardfence.go).
+	shardFence bool
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -217,7 +228,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: txnkit.NewBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
-		dialTimeout: cfg.DialTimeout,
+		dialTimeout: cfg.DialTimeout, shardFence: cfg.ShardMapFence,
 	}
 	s.contract = observe.NewContract(s.obs, s.work())
 	s.life, s.endLife = context.WithCancel(context.Background())
@@ -260,6 +271,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	if err := s.startVersion(ctx, cfg); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	if err := s.refuseSharded(ctx, cfg); err != nil {
 		_ = s.Close()
 		return nil, err
 	}

@@ -34,12 +34,16 @@ func (s *Store) newBatcher(slots int) *txnkit.Batcher {
 // sendWrite sends t after checking it fits, alone or batched with concurrent
 // writes (txnkit.Batcher). The caller checks Succeeded.
 func (s *Store) sendWrite(ctx context.Context, t *txnkit.Txn, what string) (*clientv3.TxnResponse, error) {
+	t, mapRevs := s.fenceWrite(ctx, t)
 	if err := s.check(t, what); err != nil {
 		return nil, err
 	}
 	resp, err := s.batch.Commit(ctx, t)
 	if err == nil && !resp.Succeeded {
 		s.explainFailure(ctx, t, resp)
+		if err := s.mapChanged(resp, mapRevs); err != nil {
+			return nil, err
+		}
 	}
 	return resp, err
 }
@@ -63,6 +67,7 @@ func (s *Store) send(ctx context.Context, t *txnkit.Txn) (*clientv3.TxnResponse,
 
 // read sends a read-only Txn of gets (one round trip, one revision).
 func (s *Store) read(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	ops, mapRev, fenced := s.fenceRead(ctx, ops)
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	ctx, end := s.obs.RoundTrip(ctx, "etcd.Txn", len(ops))
@@ -73,6 +78,11 @@ func (s *Store) read(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResp
 	end(err)
 	if err != nil {
 		return nil, err
+	}
+	if fenced {
+		if err := s.readChanged(resp, mapRev); err != nil {
+			return nil, err
+		}
 	}
 	return resp, nil
 }

@@ -32,7 +32,14 @@ func (s *Store) waitForChange(ctx context.Context, key authority.Key, seen autho
 		rev = resp.Kvs[0].ModRevision
 	}
 	if schema.Version(rev) != seen {
-		return nil
+		// a row a resharding copied keeps its version until its next
+		// write: read it to tell
+		if rev == 0 || seen == "" {
+			return nil
+		}
+		if r, err := s.loadRow(ctx, key); err != nil || r == nil || r.ModRev != rev || r.Version() != seen {
+			return err
+		}
 	}
 	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer stop()

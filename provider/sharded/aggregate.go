@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // Aggregates. An aggregate whose participants all live in one shard is that
@@ -31,9 +32,19 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	if err := s.begin(ctx); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
+	var res authority.PrepareAggregateResult
+	err := s.rerouted(ctx, func(t *topology) (err error) {
+		res, err = s.prepareAt(ctx, t, req)
+		return err
+	})
+	return res, err
+}
+
+// prepareAt prepares req under the map t.
+func (s *Store) prepareAt(ctx context.Context, t *topology, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	byShard := map[int][]authority.Key{}
 	for _, p := range req.Participants {
-		i := s.ShardOf(p.AuthorityKey)
+		i := t.shardOf(p.AuthorityKey)
 		byShard[i] = append(byShard[i], p.AuthorityKey)
 	}
 	if len(byShard) > 1 {
@@ -46,10 +57,15 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	for i := range byShard {
 		home = i
 	}
-	if len(s.shards) > 1 {
+	for _, p := range req.Participants {
+		if err := t.refuse(p.AuthorityKey, home); err != nil {
+			return authority.PrepareAggregateResult{}, err
+		}
+	}
+	if len(t.shards) > 1 {
 		// one fence, one record: a fence prepared in another shard is
 		// another request's
-		elsewhere, err := s.recordedIn(ctx, req.Fence(), home)
+		elsewhere, err := s.recordedIn(ctx, t, req.Fence(), home)
 		if err != nil {
 			return authority.PrepareAggregateResult{}, err
 		}
@@ -57,15 +73,16 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 			return authority.PrepareAggregateResult{Kind: authority.KindConflict}, nil
 		}
 	}
-	res, err := s.shards[home].store.PrepareAggregate(ctx, req)
+	res, err := t.shards[home].store.PrepareAggregate(t.at(ctx, home), req)
 	if err == nil && (res.Kind == authority.KindPrepared || res.Kind == authority.KindAlreadyPrepared) {
-		s.aggs.put(req.Fence(), home)
+		s.aggs.put(req.Fence(), shardID(t.shards[home]))
 	}
 	return res, inShard(home, err)
 }
 
 // CommitAggregate applies every participant or none, in the shard that
-// holds the aggregate's record.
+// holds the aggregate's record. While that shard is frozen by a
+// resharding's switch it waits for it (ErrMoving).
 func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -73,19 +90,26 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	if err := s.begin(ctx); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
-	i, cross, err := s.locate(ctx, fence)
-	if err != nil {
-		return authority.CommitAggregateResult{}, err
-	}
-	if cross {
-		return s.cfg.CrossShard.Commit(ctx, fence)
-	}
-	res, err := s.shards[i].store.CommitAggregate(ctx, fence)
-	return res, inShard(i, err)
+	var res authority.CommitAggregateResult
+	err := s.rerouted(ctx, func(t *topology) error {
+		i, cross, err := s.locate(ctx, t, fence)
+		switch {
+		case err != nil:
+			return err
+		case cross:
+			res, err = s.cfg.CrossShard.Commit(ctx, fence)
+			return err
+		case t.switching(i):
+			return t.refuseFrozen("An aggregate's commit")
+		}
+		res, err = t.shards[i].store.CommitAggregate(t.at(ctx, i), fence)
+		return inShard(i, err)
+	})
+	return res, err
 }
 
 // AbortAggregate releases a prepared aggregate's capacity, in the shard that
-// holds its record.
+// holds its record (waiting for a resharding's switch, as CommitAggregate).
 func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
@@ -93,35 +117,44 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	if err := s.begin(ctx); err != nil {
 		return authority.AbortAggregateResult{}, err
 	}
-	i, cross, err := s.locate(ctx, fence)
-	if err != nil {
-		return authority.AbortAggregateResult{}, err
-	}
-	if cross {
-		return s.cfg.CrossShard.Abort(ctx, fence)
-	}
-	res, err := s.shards[i].store.AbortAggregate(ctx, fence)
-	return res, inShard(i, err)
+	var res authority.AbortAggregateResult
+	err := s.rerouted(ctx, func(t *topology) error {
+		i, cross, err := s.locate(ctx, t, fence)
+		switch {
+		case err != nil:
+			return err
+		case cross:
+			res, err = s.cfg.CrossShard.Abort(ctx, fence)
+			return err
+		case t.switching(i):
+			return t.refuseFrozen("An aggregate's abort")
+		}
+		res, err = t.shards[i].store.AbortAggregate(t.at(ctx, i), fence)
+		return inShard(i, err)
+	})
+	return res, err
 }
 
-// locate returns the shard holding fence's record (cross: the cross-shard
-// protocol owns it). A fence recorded in two shards (two prepares of one
-// fence with different participants racing on different shards) is
-// ErrCorrupt naming them: neither can be chosen.
-func (s *Store) locate(ctx context.Context, fence authority.Fence) (shard int, cross bool, err error) {
-	if len(s.shards) == 1 {
+// locate returns the shard of t holding fence's record (cross: the
+// cross-shard protocol owns it). A fence recorded in two shards (two
+// prepares of one fence with different participants racing on different
+// shards) is ErrCorrupt naming them: neither can be chosen.
+func (s *Store) locate(ctx context.Context, t *topology, fence authority.Fence) (at int, cross bool, err error) {
+	if len(t.shards) == 1 {
 		return 0, false, nil
 	}
-	if i, ok := s.aggs.get(fence); ok {
-		return i, false, nil
+	if id, ok := s.aggs.get(fence); ok {
+		if i := slices.IndexFunc(t.shards, func(sh *shard) bool { return shardID(sh) == id }); i >= 0 {
+			return i, false, nil
+		}
 	}
-	found, err := s.recordedIn(ctx, fence, -1)
+	found, err := s.recordedIn(ctx, t, fence, -1)
 	if err != nil {
 		return 0, false, err
 	}
 	switch len(found) {
 	case 1:
-		s.aggs.put(fence, found[0])
+		s.aggs.put(fence, shardID(t.shards[found[0]]))
 		return found[0], false, nil
 	case 0:
 		if s.cfg.CrossShard != nil {
@@ -130,7 +163,7 @@ func (s *Store) locate(ctx context.Context, fence authority.Fence) (shard int, c
 				return 0, owns, err
 			}
 		}
-		return shardOf(aggregateDomain+fence.AggregateID, len(s.shards)), false, nil
+		return shardOf(aggregateDomain+fence.AggregateID, len(t.shards)), false, nil
 	}
 	return 0, false, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
 		"Aggregate %q generation %d is recorded in shards %v: two prepares of one fence with different participants.",
@@ -139,17 +172,17 @@ func (s *Store) locate(ctx context.Context, fence authority.Fence) (shard int, c
 
 // recordedIn returns the shards other than skip whose namespace holds
 // fence's record, ascending.
-func (s *Store) recordedIn(ctx context.Context, fence authority.Fence, skip int) ([]int, error) {
+func (s *Store) recordedIn(ctx context.Context, t *topology, fence authority.Fence, skip int) ([]int, error) {
 	var mu sync.Mutex
 	var found []int
 	var others []int
-	for i := range s.shards {
+	for i := range t.shards {
 		if i != skip {
 			others = append(others, i)
 		}
 	}
-	err := s.eachOf(ctx, others, func(ctx context.Context, i int, sh *shard) error {
-		ok, err := sh.store.HasAggregate(ctx, fence)
+	err := s.eachOf(ctx, t, others, func(ctx context.Context, i int, sh *shard) error {
+		ok, err := sh.store.HasAggregate(t.at(ctx, i), fence)
 		if ok {
 			mu.Lock()
 			found = append(found, i)
@@ -208,7 +241,7 @@ type fenceCache struct {
 }
 
 type fenceEntry struct {
-	shard int
+	shard schema.ShardMapShard // the cluster: an index would change meaning with the map
 	at    time.Time
 }
 
@@ -216,17 +249,17 @@ func newFenceCache(n int, ttl time.Duration) *fenceCache {
 	return &fenceCache{max: n, ttl: ttl, m: map[authority.Fence]fenceEntry{}}
 }
 
-func (c *fenceCache) get(f authority.Fence) (int, bool) {
+func (c *fenceCache) get(f authority.Fence) (schema.ShardMapShard, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[f]
 	if !ok || time.Since(e.at) > c.ttl {
-		return 0, false
+		return schema.ShardMapShard{}, false
 	}
 	return e.shard, true
 }
 
-func (c *fenceCache) put(f authority.Fence, shard int) {
+func (c *fenceCache) put(f authority.Fence, shard schema.ShardMapShard) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[f]; ok {

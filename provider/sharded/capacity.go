@@ -23,12 +23,13 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 	if err := s.begin(ctx); err != nil {
 		return authority.CapacityUsage{}, err
 	}
-	if len(s.shards) == 1 {
-		u, err := s.shards[0].store.CapacityUsage(ctx, node, lifecycle, kind, stableType)
+	t := s.topo.Load()
+	if len(t.shards) == 1 {
+		u, err := t.shards[0].store.CapacityUsage(ctx, node, lifecycle, kind, stableType)
 		return u, inShard(0, err)
 	}
 	var active, reserved atomic.Int64
-	err := s.eachShard(ctx, func(ctx context.Context, _ int, sh *shard) error {
+	err := s.eachShard(ctx, t, func(ctx context.Context, _ int, sh *shard) error {
 		u, err := sh.store.CapacityUsage(ctx, node, lifecycle, kind, stableType)
 		active.Add(u.Active)
 		reserved.Add(u.Reserved)
@@ -41,13 +42,16 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 }
 
 // SetCapacityPolicy replaces the placement capacity policy (nil: every
-// placement fits). Over several shards without escrow a policy is refused
+// placement fits), in every shard and in the clusters a resharding adds
+// later. Over several shards without escrow a policy is refused
 // (ErrCapacityNeedsEscrow) and the policy in force stays.
 func (s *Store) SetCapacityPolicy(p authority.CapacityPolicy) error {
-	if len(s.shards) > 1 && p != nil && s.cfg.Escrow == nil {
-		return capacityNeedsEscrow(len(s.shards))
+	t := s.topo.Load()
+	if len(t.shards) > 1 && p != nil && s.cfg.Escrow == nil {
+		return capacityNeedsEscrow(len(t.shards))
 	}
-	for i, sh := range s.shards {
+	s.pol.Store(&policyBox{p})
+	for i, sh := range t.stores() {
 		if s.cfg.Escrow != nil {
 			sh.store.SetCapacityPolicy(s.cfg.Escrow.ShardPolicy(i, p))
 		} else {
@@ -57,12 +61,25 @@ func (s *Store) SetCapacityPolicy(p authority.CapacityPolicy) error {
 	return nil
 }
 
+// policyBox holds the policy SetCapacityPolicy set last.
+type policyBox struct{ p authority.CapacityPolicy }
+
+// policy returns the policy SetCapacityPolicy set last (nil: the
+// configured one, which New gave the shards).
+func (s *Store) policy() authority.CapacityPolicy {
+	if b := s.pol.Load(); b != nil {
+		return b.p
+	}
+	return s.cfg.CapacityPolicy
+}
+
 // PruneCapacityEpochs deletes, in every shard, the capacity epochs of node
 // lifecycles that hold no capacity there, and returns how many. A shard
 // that fails leaves the others pruned; call it again.
 func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 	var n atomic.Int64
-	err := s.run(ctx, s.all(), false, func(ctx context.Context, _ int, sh *shard) error {
+	t := s.topo.Load()
+	err := s.run(ctx, t, t.all(), false, func(ctx context.Context, _ int, sh *shard) error {
 		k, err := sh.store.PruneCapacityEpochs(ctx)
 		n.Add(int64(k))
 		return err
@@ -72,11 +89,11 @@ func (s *Store) PruneCapacityEpochs(ctx context.Context) (int, error) {
 
 // RecordRetention is how long the shards keep reservation terminals and
 // finished aggregate records (the shortest of theirs).
-func (s *Store) RecordRetention() time.Duration { return s.recordRetention() }
+func (s *Store) RecordRetention() time.Duration { return recordRetention(s.topo.Load().shards) }
 
-func (s *Store) recordRetention() time.Duration {
-	r := s.shards[0].store.RecordRetention()
-	for _, sh := range s.shards[1:] {
+func recordRetention(shards []*shard) time.Duration {
+	r := shards[0].store.RecordRetention()
+	for _, sh := range shards[1:] {
 		r = min(r, sh.store.RecordRetention())
 	}
 	return r

@@ -23,8 +23,18 @@ type Config struct {
 	// Logger is refused (ErrInvalidArgument). 1 to schema.MaxShards.
 	Shards []etcdstore.Config
 	// Epoch is the shard map's epoch (default 1): a map is changed only by a
-	// resharding, which moves it on (issue 43).
+	// resharding, which moves it on (package reshard).
 	Epoch int64
+	// Spares are clusters a resharding may add to the map (each an etcd
+	// configuration, checked as Shards are). A store follows a resharding
+	// while it runs: when the map names a cluster that is not among Shards,
+	// the store opens the spare that is that cluster and namespace. It also
+	// opens on a map of a later epoch than Epoch whose first shards are
+	// Shards and whose others are among Spares (a node restarted with the
+	// configuration it had before the map grew). Without Spares a store
+	// cannot follow its map onto a cluster it does not know: its operations
+	// then fail with ErrUnavailable naming the cluster.
+	Spares []etcdstore.Config
 
 	// Clock is every shard's clock (default the wall clock).
 	Clock authority.Clock
@@ -70,7 +80,7 @@ func (cfg *Config) check() error {
 	if cfg.Epoch < 1 {
 		return authority.Invalid(fmt.Sprintf("Shard map epoch %d is below 1.", cfg.Epoch))
 	}
-	for i, sc := range cfg.Shards {
+	for i, sc := range append(append([]etcdstore.Config(nil), cfg.Shards...), cfg.Spares...) {
 		for field, set := range map[string]bool{
 			"Clock": sc.Clock != nil, "CapacityPolicy": sc.CapacityPolicy != nil, "IdentityClaims": sc.IdentityClaims != nil,
 			"ReadOnly": sc.ReadOnly, "Role": sc.Role != "", "Build": sc.Build != "", "Registerer": sc.Registerer != nil,
@@ -99,8 +109,13 @@ func capacityNeedsEscrow(shards int) error {
 
 // shardConfig returns shard i's etcd configuration: its own, with the
 // settings every shard shares.
-func (cfg *Config) shardConfig(i int) etcdstore.Config {
-	sc := cfg.Shards[i]
+func (cfg *Config) shardConfig(i int) etcdstore.Config { return cfg.storeConfig(cfg.Shards[i], i) }
+
+// storeConfig returns sc with the settings every shard shares, labelled
+// shard i: fenced on the shard map (etcd.Config.ShardMapFence), since a
+// resharding may move the map under any shard.
+func (cfg *Config) storeConfig(sc etcdstore.Config, i int) etcdstore.Config {
+	sc.ShardMapFence = true
 	sc.Clock, sc.IdentityClaims, sc.ReadOnly, sc.Role, sc.Build = cfg.Clock, cfg.IdentityClaims, cfg.ReadOnly, cfg.Role, cfg.Build
 	if len(cfg.Shards) == 1 || cfg.Escrow != nil {
 		sc.CapacityPolicy = cfg.CapacityPolicy

@@ -27,8 +27,9 @@ func (s *Store) FeedPosition(ctx context.Context) (authority.FeedPosition, error
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	pos := make(authority.FeedPosition, len(s.shards))
-	err := s.eachShard(ctx, func(ctx context.Context, i int, sh *shard) (err error) {
+	t := s.topo.Load()
+	pos := make(authority.FeedPosition, len(t.shards))
+	err := s.eachShard(ctx, t, func(ctx context.Context, i int, sh *shard) (err error) {
 		pos[i], err = sh.store.FeedRevision(ctx)
 		return err
 	})
@@ -49,25 +50,26 @@ func (s *Store) FeedRevision(ctx context.Context) (int64, error) {
 
 // WatchRows opens a feed of the rows under req.Prefix in every shard.
 func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (authority.Feed, error) {
-	if req.After != 0 && len(s.shards) > 1 {
+	t := s.topo.Load()
+	if req.After != 0 && len(t.shards) > 1 {
 		return nil, authority.Invalid(fmt.Sprintf(
-			"Feed After is one revision; a store of %d shards resumes a feed with AfterPosition (an earlier batch's Position).", len(s.shards)))
+			"Feed After is one revision; a store of %d shards resumes a feed with AfterPosition (an earlier batch's Position).", len(t.shards)))
 	}
 	if req.After > 0 && !req.List && req.AfterPosition == nil {
 		req.AfterPosition, req.After = authority.FeedPosition{req.After}, 0
 	}
-	if err := authority.ValidatePositionedFeedRequest(req, len(s.shards)); err != nil {
+	if err := authority.ValidatePositionedFeedRequest(req, len(t.shards)); err != nil {
 		return nil, err
 	}
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	f := &mergedFeed{feeds: make([]authority.Feed, len(s.shards)), pos: make(authority.FeedPosition, len(s.shards))}
+	f := &mergedFeed{s: s, t: t, feeds: make([]authority.Feed, len(t.shards)), pos: make(authority.FeedPosition, len(t.shards))}
 	// each shard's feed lives as long as ctx (authority.RowFeed): opened on
 	// ctx itself, not on a context that ends when the opening does
-	errs := make([]error, len(s.shards))
+	errs := make([]error, len(t.shards))
 	var wg sync.WaitGroup
-	for i, sh := range s.shards {
+	for i, sh := range t.shards {
 		r := req
 		r.AfterPosition = nil
 		if req.AfterPosition != nil {
@@ -103,6 +105,8 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 
 // mergedFeed is an open feed over every shard.
 type mergedFeed struct {
+	s     *Store
+	t     *topology        // the map the feed follows
 	feeds []authority.Feed // by shard
 
 	// used by Next only
@@ -142,7 +146,7 @@ func (f *mergedFeed) start(ctx context.Context, list bool) error {
 			}
 			switch {
 			case list && b.Kind == authority.FeedListed:
-				listed = append(listed, b)
+				listed = append(listed, f.own(i, b))
 				continue
 			case list && b.Kind == authority.FeedSynced, !list && b.Kind == authority.FeedProgress:
 				f.pos[i] = b.Revision
@@ -194,7 +198,10 @@ func (f *mergedFeed) run(life context.Context) {
 	}
 }
 
-// Next returns the next batch of any shard, as the merged feed's.
+// Next returns the next batch of any shard, as the merged feed's. Once
+// the map in force is another epoch than the feed's (a resharding
+// switched), the feed ends with ErrFeedCompacted: its position names the
+// shards of a map no longer in force, so a consumer lists again.
 func (f *mergedFeed) Next(ctx context.Context) (authority.FeedBatch, error) {
 	if f.closed.Load() {
 		return authority.FeedBatch{}, authority.ErrClosed
@@ -207,21 +214,47 @@ func (f *mergedFeed) Next(ctx context.Context) (authority.FeedBatch, error) {
 		f.pending = f.pending[1:]
 		return b, nil
 	}
-	select {
-	case <-ctx.Done():
-		return authority.FeedBatch{}, ctx.Err()
-	case <-f.life.Done():
-		return authority.FeedBatch{}, authority.ErrClosed
-	case sb := <-f.in:
-		b, err := f.merge(sb)
-		if err != nil {
-			f.err = err
-			if f.closed.Load() {
-				return authority.FeedBatch{}, authority.ErrClosed
+	topo := f.t
+	for {
+		select {
+		case <-ctx.Done():
+			return authority.FeedBatch{}, ctx.Err()
+		case <-f.life.Done():
+			return authority.FeedBatch{}, authority.ErrClosed
+		case <-topo.done:
+			if topo = f.s.topo.Load(); topo.smap.Epoch != f.t.smap.Epoch {
+				f.err = authority.Wrap(authority.ErrFeedCompacted, fmt.Sprintf(
+					"The shard map moved from epoch %d to epoch %d (a resharding switched): list again.", f.t.smap.Epoch, topo.smap.Epoch), nil)
+				return authority.FeedBatch{}, f.err
 			}
+		case sb := <-f.in:
+			b, err := f.merge(sb)
+			if err != nil {
+				f.err = err
+				if f.closed.Load() {
+					return authority.FeedBatch{}, authority.ErrClosed
+				}
+			}
+			return b, err
 		}
-		return b, err
 	}
+}
+
+// own returns b without the events of keys that shard i holds but that
+// are not its rows under the feed's map (a resharding's copies and the
+// keys it moved away, until deleted).
+func (f *mergedFeed) own(i int, b authority.FeedBatch) authority.FeedBatch {
+	if len(f.t.shards) == 1 && f.t.move == nil {
+		return b
+	}
+	kept := b.Events[:0:0]
+	for _, ev := range b.Events {
+		if f.t.shardOf(ev.Key) == i {
+			kept = append(kept, ev)
+		}
+	}
+	b.Events = kept
+	return b
 }
 
 // merge turns one shard's batch into the merged feed's: the shard's part of
@@ -249,6 +282,12 @@ func (f *mergedFeed) merge(sb shardBatch) (authority.FeedBatch, error) {
 	}
 	f.advance(i, b.Revision)
 	b.Revision, b.Position = f.sum, f.pos.Clone()
+	if kept := f.own(i, b); len(kept.Events) < len(b.Events) {
+		b = kept
+		if len(b.Events) == 0 {
+			b.Kind = authority.FeedProgress
+		}
+	}
 	return b, nil
 }
 

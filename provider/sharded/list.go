@@ -2,11 +2,13 @@ package sharded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // Listing across shards. A page asks every shard that may still hold rows
@@ -30,18 +32,22 @@ type listCursor struct {
 	revs  []int64 // per shard: its listing's revision, or shardDone
 }
 
-// cursorScope is the Scope of the store's cursors: the map's epoch and its
-// clusters, so a cursor of another map is refused.
-func (s *Store) cursorScope() string {
+// cursorScope is the Scope of the cursors of map m: its epoch and its
+// clusters, so a cursor of another map is refused (one of an earlier epoch
+// of the same shards has expired: a resharding switched under it).
+func cursorScope(m schema.ShardMap) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sharded/e%d", s.smap.Epoch)
-	for _, sh := range s.smap.Shards {
+	fmt.Fprintf(&b, "sharded/e%d", m.Epoch)
+	for _, sh := range m.Shards {
 		b.WriteString("/" + sh.ClusterID + sh.Namespace)
 	}
 	return b.String()
 }
 
-func (s *Store) encodeCursor(prefix string, c listCursor) authority.ScanCursor {
+// errCursorExpired is a cursor of an earlier map of the store's shards.
+var errCursorExpired = errors.New("the listing's shard map is no longer in force")
+
+func (t *topology) encodeCursor(prefix string, c listCursor) authority.ScanCursor {
 	parts := make([]string, len(c.revs))
 	var sum int64
 	for i, r := range c.revs {
@@ -49,22 +55,25 @@ func (s *Store) encodeCursor(prefix string, c listCursor) authority.ScanCursor {
 		sum += max(r, 0)
 	}
 	return authority.EncodeScanCursor(authority.ScanPosition{
-		Scope: s.cursorScope() + "|" + strings.Join(parts, ","), Prefix: prefix, Revision: sum, After: c.after,
+		Scope: cursorScope(t.smap) + "|" + strings.Join(parts, ","), Prefix: prefix, Revision: sum, After: c.after,
 	})
 }
 
-func (s *Store) decodeCursor(prefix string, cursor authority.ScanCursor) (listCursor, error) {
+func (t *topology) decodeCursor(prefix string, cursor authority.ScanCursor) (listCursor, error) {
 	p, err := authority.ParseScanCursor(cursor)
 	if err != nil {
 		return listCursor{}, err
 	}
 	cut := strings.LastIndexByte(p.Scope, '|')
-	if cut < 0 || p.Scope[:cut] != s.cursorScope() || p.Prefix != prefix {
+	if cut >= 0 && p.Prefix == prefix && p.Scope[:cut] != cursorScope(t.smap) && t.earlier(p.Scope[:cut]) {
+		return listCursor{}, errCursorExpired
+	}
+	if cut < 0 || p.Scope[:cut] != cursorScope(t.smap) || p.Prefix != prefix {
 		return listCursor{}, authority.Invalid("Authority scan cursor was made for another listing.")
 	}
 	invalid := authority.Invalid("Authority scan cursor is invalid.")
 	parts := strings.Split(p.Scope[cut+1:], ",")
-	if len(parts) != len(s.shards) {
+	if len(parts) != len(t.shards) {
 		return listCursor{}, invalid
 	}
 	c := listCursor{after: p.After, revs: make([]int64, len(parts))}
@@ -82,6 +91,20 @@ func (s *Store) decodeCursor(prefix string, cursor authority.ScanCursor) (listCu
 	return c, nil
 }
 
+// earlier reports whether scope is the cursor scope of an earlier map of
+// t's: an earlier epoch whose shards are t's first ones.
+func (t *topology) earlier(scope string) bool {
+	for e := t.smap.Epoch - 1; e >= 1; e-- {
+		for n := len(t.smap.Shards); n >= 1; n-- {
+			m := schema.ShardMap{Epoch: e, Shards: t.smap.Shards[:n]}
+			if cursorScope(m) == scope {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // shardPage is one shard's part of a listing page.
 type shardPage struct {
 	res  authority.ScanResult
@@ -90,7 +113,11 @@ type shardPage struct {
 }
 
 // ListAuthorities lists the rows whose key starts with prefix, in key
-// order across every shard, limit at a time, with one cursor.
+// order across every shard, limit at a time, with one cursor. A shard's
+// rows are the keys it holds that the map in force places in it (a
+// resharding's copies, and the rows it moved away until it deleted them,
+// are not listed twice). A cursor of a map that a resharding replaced has
+// expired (KindScanExpired).
 func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
 	if err := authority.ValidateScanLimit(limit); err != nil {
 		return authority.ScanResult{}, err
@@ -98,49 +125,106 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 	if err := authority.ValidateScanPrefix(prefix); err != nil {
 		return authority.ScanResult{}, err
 	}
-	c := listCursor{revs: make([]int64, len(s.shards))}
-	if cursor != "" {
-		var err error
-		if c, err = s.decodeCursor(prefix, cursor); err != nil {
-			return authority.ScanResult{}, err
-		}
-	}
 	if err := s.begin(ctx); err != nil {
 		return authority.ScanResult{}, err
 	}
+	var out authority.ScanResult
+	err := s.rerouted(ctx, func(t *topology) (err error) {
+		out, err = s.listAt(ctx, t, prefix, cursor, limit)
+		return err
+	})
+	return out, err
+}
+
+// listAt lists a page under the map t.
+func (s *Store) listAt(ctx context.Context, t *topology, prefix string, cursor authority.ScanCursor, limit int) (authority.ScanResult, error) {
+	c := listCursor{revs: make([]int64, len(t.shards))}
+	if cursor != "" {
+		var err error
+		if c, err = t.decodeCursor(prefix, cursor); errors.Is(err, errCursorExpired) {
+			return authority.ScanResult{Kind: authority.KindScanExpired}, nil
+		} else if err != nil {
+			return authority.ScanResult{}, err
+		}
+	}
+	for {
+		res, skipped, err := s.pageAt(ctx, t, prefix, c, limit)
+		if err != nil || len(res.Items) > 0 || skipped == nil {
+			return res, err
+		}
+		c = *skipped // every row read was another shard's: read on
+	}
+}
+
+// pageAt reads one page of the listing c continues. When every row read
+// belongs to another shard (a resharding's copies or moved keys) but some
+// shard has more, it returns no rows and the cursor after them (skipped).
+func (s *Store) pageAt(ctx context.Context, t *topology, prefix string, c listCursor, limit int) (authority.ScanResult, *listCursor, error) {
 	var active []int
 	for i, r := range c.revs {
 		if r != shardDone {
 			active = append(active, i)
 		}
 	}
-	pages := make([]shardPage, len(s.shards))
-	err := s.eachOf(ctx, active, func(ctx context.Context, i int, sh *shard) error {
-		res, rev, err := sh.store.ListPageAt(ctx, prefix, c.after, c.revs[i], limit)
+	pages := make([]shardPage, len(t.shards))
+	err := s.eachOf(ctx, t, active, func(ctx context.Context, i int, sh *shard) error {
+		res, rev, err := sh.store.ListPageAt(t.at(ctx, i), prefix, c.after, c.revs[i], limit)
 		pages[i] = shardPage{res: res, rev: rev, more: res.NextCursor != ""}
 		return err
 	})
 	if err != nil {
-		return authority.ScanResult{}, err
+		return authority.ScanResult{}, nil, err
 	}
 	for _, i := range active {
 		if pages[i].res.Kind == authority.KindScanExpired {
-			return authority.ScanResult{Kind: authority.KindScanExpired}, nil
+			return authority.ScanResult{Kind: authority.KindScanExpired}, nil, nil
 		}
 	}
-	return s.merge(prefix, c, active, pages, limit), nil
+	if c.after == "" { // a first page, read now: not behind a switch
+		if err := t.checkSwitched(ctx); err != nil {
+			return authority.ScanResult{}, nil, err
+		}
+	}
+	res := t.merge(prefix, c, active, pages, limit)
+	if len(res.Items) > 0 {
+		return res, nil, nil
+	}
+	skipped := listCursor{revs: make([]int64, len(t.shards))}
+	open := false
+	for i := range skipped.revs {
+		skipped.revs[i] = shardDone
+	}
+	for _, i := range active {
+		if items := pages[i].res.Items; pages[i].more && len(items) > 0 {
+			if last := items[len(items)-1].Key; !open || last < skipped.after {
+				skipped.after = last
+			}
+			skipped.revs[i], open = pages[i].rev, true
+		}
+	}
+	if !open {
+		return res, nil, nil
+	}
+	return res, &skipped, nil
 }
 
 // merge returns the first limit rows of the shards' pages in key order, and
-// the cursor continuing after them.
-func (s *Store) merge(prefix string, c listCursor, active []int, pages []shardPage, limit int) authority.ScanResult {
+// the cursor continuing after them. A key a shard holds but does not own
+// under the map is skipped.
+func (t *topology) merge(prefix string, c listCursor, active []int, pages []shardPage, limit int) authority.ScanResult {
 	out := authority.ScanResult{Kind: authority.KindPage}
-	taken := make([]int, len(s.shards))
+	taken := make([]int, len(t.shards))
+	next := func(i int) bool { // skips what shard i does not own
+		items := pages[i].res.Items
+		for taken[i] < len(items) && t.shardOf(items[taken[i]].Key) != i {
+			taken[i]++
+		}
+		return taken[i] < len(items)
+	}
 	for len(out.Items) < limit {
 		best := -1
 		for _, i := range active {
-			items := pages[i].res.Items
-			if taken[i] < len(items) && (best < 0 || items[taken[i]].Key < pages[best].res.Items[taken[best]].Key) {
+			if next(i) && (best < 0 || pages[i].res.Items[taken[i]].Key < pages[best].res.Items[taken[best]].Key) {
 				best = i
 			}
 		}
@@ -150,19 +234,19 @@ func (s *Store) merge(prefix string, c listCursor, active []int, pages []shardPa
 		out.Items = append(out.Items, pages[best].res.Items[taken[best]])
 		taken[best]++
 	}
-	next := listCursor{revs: make([]int64, len(s.shards))}
+	cur := listCursor{revs: make([]int64, len(t.shards))}
 	open := false
-	for i := range next.revs {
-		next.revs[i] = shardDone
+	for i := range cur.revs {
+		cur.revs[i] = shardDone
 	}
 	for _, i := range active {
 		if pages[i].more || taken[i] < len(pages[i].res.Items) {
-			next.revs[i], open = pages[i].rev, true
+			cur.revs[i], open = pages[i].rev, true
 		}
 	}
 	if open && len(out.Items) > 0 {
-		next.after = out.Items[len(out.Items)-1].Key
-		out.NextCursor = s.encodeCursor(prefix, next)
+		cur.after = out.Items[len(out.Items)-1].Key
+		out.NextCursor = t.encodeCursor(prefix, cur)
 	}
 	return out
 }

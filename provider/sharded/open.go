@@ -26,28 +26,32 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, shards: make([]*shard, len(cfg.Shards))}
+	s := &Store{cfg: cfg}
 	s.life, s.endLife = context.WithCancel(context.Background())
-	err := s.eachShard(ctx, func(ctx context.Context, i int, _ *shard) error {
+	t := &topology{shards: make([]*shard, len(cfg.Shards))}
+	err := s.eachShard(ctx, t, func(ctx context.Context, i int, _ *shard) error {
 		sc := cfg.shardConfig(i)
 		if cfg.Escrow != nil {
 			if err := cfg.Escrow.ConfigureShard(i, &sc); err != nil {
 				return err
 			}
 		}
-		st, err := etcdstore.New(ctx, sc)
-		if err != nil {
-			return err
-		}
-		s.shards[i] = &shard{index: i, store: st, namespace: st.Namespace()}
-		if s.shards[i].clusterID, err = st.ClusterID(ctx); err != nil {
-			return err
-		}
-		return nil
+		sh, err := openShard(ctx, sc, i)
+		t.shards[i] = sh
+		return err
 	})
+	for _, sh := range t.shards {
+		if sh != nil {
+			s.grow.opened = append(s.grow.opened, sh)
+		}
+	}
+	s.grow.spares = make([]spare, len(cfg.Spares))
 	if err == nil {
-		s.aggs = newFenceCache(4096, s.recordRetention()/2)
-		err = s.checkMap(ctx)
+		s.aggs = newFenceCache(4096, recordRetention(t.shards)/2)
+		err = s.checkMap(ctx, t)
+	}
+	if err == nil {
+		err = s.load(ctx, t)
 	}
 	if err == nil {
 		if err = s.bind(ctx); err != nil {
@@ -59,28 +63,45 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.closeShards()
 		return nil, err
 	}
+	s.watchMap()
 	return s, nil
 }
 
+// openShard opens one shard's etcd store (sc fenced on the shard map) and
+// reads its cluster ID.
+func openShard(ctx context.Context, sc etcdstore.Config, i int) (*shard, error) {
+	st, err := etcdstore.New(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	sh := &shard{index: i, store: st, namespace: st.Namespace()}
+	if sh.clusterID, err = st.ClusterID(ctx); err != nil {
+		return sh, err
+	}
+	return sh, nil
+}
+
 // configuredMap is the map the store's configuration names.
-func (s *Store) configuredMap() schema.ShardMap {
-	m := schema.ShardMap{Epoch: s.cfg.Epoch, Hash: HashName, Shards: make([]schema.ShardMapShard, len(s.shards))}
-	for i, sh := range s.shards {
-		m.Shards[i] = schema.ShardMapShard{ClusterID: sh.clusterID, Namespace: sh.namespace}
+func (s *Store) configuredMap(t *topology) schema.ShardMap {
+	m := schema.ShardMap{Epoch: s.cfg.Epoch, Hash: HashName, Shards: make([]schema.ShardMapShard, len(t.shards))}
+	for i, sh := range t.shards {
+		m.Shards[i] = shardID(sh)
 	}
 	return m
 }
 
 // checkMap compares every shard's stored map with the configured one, and
-// creates it where it is missing (several shards, not read-only).
-func (s *Store) checkMap(ctx context.Context) error {
-	want := s.configuredMap()
+// creates it where it is missing (several shards, not read-only). A stored
+// map of a later epoch that grew the configured one is accepted when the
+// store has Config.Spares (load then follows it).
+func (s *Store) checkMap(ctx context.Context, t *topology) error {
+	want := s.configuredMap(t)
 	if err := want.Check(); err != nil {
 		return authority.Wrap(authority.ErrInvalidArgument, "The configured shards do not make a shard map", err)
 	}
-	s.smap = want
-	states := make([]etcdstore.ShardMapState, len(s.shards))
-	if err := s.eachShard(ctx, func(ctx context.Context, i int, sh *shard) (err error) {
+	t.smap = want
+	states := make([]etcdstore.ShardMapState, len(t.shards))
+	if err := s.eachShard(ctx, t, func(ctx context.Context, i int, sh *shard) (err error) {
 		states[i], err = sh.store.ReadShardMap(ctx)
 		return err
 	}); err != nil {
@@ -92,29 +113,44 @@ func (s *Store) checkMap(ctx context.Context) error {
 			missing = append(missing, i)
 			continue
 		}
-		if d := st.Map.Diff(want); d != "" {
+		if d := st.Map.Diff(want); d != "" && !s.grownFrom(st.Map, want) {
 			return mismatch(i, d)
 		}
 	}
 	switch {
 	case len(missing) == 0:
 		return nil
-	case len(s.shards) == 1:
+	case len(t.shards) == 1:
 		return nil // a single cluster's namespace: the one-shard map, unwritten
 	case s.cfg.ReadOnly:
 		return mismatch(missing[0], "no shard map stored (a read-only store does not create one)")
 	}
-	return s.createMap(ctx, want, missing)
+	return s.createMap(ctx, t, want, missing)
+}
+
+// grownFrom reports whether stored is a map that grew from want by
+// resharding (a later epoch whose first shards are want's), which a store
+// with spares follows.
+func (s *Store) grownFrom(stored, want schema.ShardMap) bool {
+	if len(s.cfg.Spares) == 0 || stored.Epoch <= want.Epoch || stored.Hash != want.Hash || len(stored.Shards) <= len(want.Shards) {
+		return false
+	}
+	for i, sh := range want.Shards {
+		if stored.Shards[i] != sh {
+			return false
+		}
+	}
+	return true
 }
 
 // createMap puts want in the shards that have none, once none of them holds
 // a row: rows placed without this map (a single-cluster store's) would be
 // in the wrong shard. Each put is fenced on the namespace still having no
 // map and no row; a map another store put meanwhile is compared instead.
-func (s *Store) createMap(ctx context.Context, want schema.ShardMap, missing []int) error {
+func (s *Store) createMap(ctx context.Context, t *topology, want schema.ShardMap, missing []int) error {
 	var mu sync.Mutex
 	var found []int
-	err := s.eachOf(ctx, missing, func(ctx context.Context, i int, sh *shard) error {
+	err := s.eachOf(ctx, t, missing, func(ctx context.Context, i int, sh *shard) error {
 		page, _, err := sh.store.ListPageAt(ctx, "", "", 0, 1)
 		if err == nil && len(page.Items) > 0 {
 			mu.Lock()
@@ -129,7 +165,7 @@ func (s *Store) createMap(ctx context.Context, want schema.ShardMap, missing []i
 	if len(found) > 0 {
 		return mismatch(slices.Min(found), "its namespace holds rows but no shard map (a single-cluster store's namespace opens only as the one shard of a one-shard store)")
 	}
-	return s.eachOf(ctx, missing, func(ctx context.Context, i int, sh *shard) error {
+	return s.eachOf(ctx, t, missing, func(ctx context.Context, i int, sh *shard) error {
 		created, st, err := sh.store.CreateShardMap(ctx, want)
 		switch {
 		case err != nil || created:
@@ -150,8 +186,9 @@ func mismatch(shard int, diff string) error {
 
 // bind hands the opened shards to the seams.
 func (s *Store) bind(ctx context.Context) error {
-	stores := make([]*etcdstore.Store, len(s.shards))
-	for i, sh := range s.shards {
+	t := s.topo.Load()
+	stores := make([]*etcdstore.Store, len(t.shards))
+	for i, sh := range t.shards {
 		stores[i] = sh.store
 	}
 	if s.cfg.Escrow != nil {
@@ -167,18 +204,19 @@ func (s *Store) bind(ctx context.Context) error {
 	return nil
 }
 
-// closeShards closes every opened shard's store (a failed New, Close).
+// closeShards closes every shard store the store opened (a failed New,
+// Close).
 func (s *Store) closeShards() error {
-	errs := make([]error, len(s.shards))
+	s.grow.mu.Lock()
+	opened := append([]*shard(nil), s.grow.opened...)
+	s.grow.mu.Unlock()
+	errs := make([]error, len(opened))
 	var wg sync.WaitGroup
-	for i, sh := range s.shards {
-		if sh == nil {
-			continue
-		}
+	for i, sh := range opened {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = inShard(i, sh.store.Close())
+			errs[i] = inShard(sh.index, sh.store.Close())
 		}()
 	}
 	wg.Wait()

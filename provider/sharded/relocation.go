@@ -33,26 +33,29 @@ func (r *RelocationStore) PutNew(ctx context.Context, data []byte, retention tim
 	if err := r.s.begin(ctx); err != nil {
 		return authority.BlobReceipt{}, err
 	}
-	i := int(r.next.Add(1) % uint64(len(r.s.shards)))
-	rec, err := r.s.shards[i].store.Relocation().PutNew(ctx, data, retention)
+	t := r.s.topo.Load()
+	i := int(r.next.Add(1) % uint64(len(t.shards)))
+	rec, err := t.shards[i].store.Relocation().PutNew(ctx, data, retention)
 	if err != nil {
 		return authority.BlobReceipt{}, inShard(i, err)
 	}
-	if len(r.s.shards) > 1 {
+	if len(t.shards) > 1 {
 		rec.Reference = authority.BlobReference(strconv.Itoa(i) + ":" + string(rec.Reference))
 	}
 	return rec, nil
 }
 
 // route returns the shard and the shard's reference of ref (ok false: a
-// reference no shard gave out).
-func (r *RelocationStore) route(ref authority.BlobReference) (int, authority.BlobReference, bool) {
-	if len(r.s.shards) == 1 {
+// reference no shard gave out). A reference without a shard index is shard
+// 0's: a store of one shard gives them out, and shard 0 stays shard 0 when
+// a resharding grows the map.
+func (r *RelocationStore) route(t *topology, ref authority.BlobReference) (int, authority.BlobReference, bool) {
+	index, rest, found := strings.Cut(string(ref), ":")
+	if !found {
 		return 0, ref, true
 	}
-	index, rest, found := strings.Cut(string(ref), ":")
 	i, err := strconv.Atoi(index)
-	if !found || err != nil || i < 0 || i >= len(r.s.shards) || strconv.Itoa(i) != index || rest == "" {
+	if err != nil || i < 0 || i >= len(t.shards) || strconv.Itoa(i) != index || rest == "" {
 		return 0, "", false
 	}
 	return i, authority.BlobReference(rest), true
@@ -67,11 +70,12 @@ func (r *RelocationStore) Read(ctx context.Context, ref authority.BlobReference)
 	if err := r.s.begin(ctx); err != nil {
 		return authority.BlobReadResult{}, err
 	}
-	i, own, ok := r.route(ref)
+	t := r.s.topo.Load()
+	i, own, ok := r.route(t, ref)
 	if !ok {
 		return authority.BlobReadResult{Kind: authority.KindMissing}, nil
 	}
-	res, err := r.s.shards[i].store.Relocation().Read(ctx, own)
+	res, err := t.shards[i].store.Relocation().Read(ctx, own)
 	return res, inShard(i, err)
 }
 
@@ -83,9 +87,10 @@ func (r *RelocationStore) Delete(ctx context.Context, ref authority.BlobReferenc
 	if err := r.s.begin(ctx); err != nil {
 		return err
 	}
-	i, own, ok := r.route(ref)
+	t := r.s.topo.Load()
+	i, own, ok := r.route(t, ref)
 	if !ok {
 		return nil
 	}
-	return inShard(i, r.s.shards[i].store.Relocation().Delete(ctx, own))
+	return inShard(i, t.shards[i].store.Relocation().Delete(ctx, own))
 }

@@ -20,10 +20,15 @@ func (s *Store) RemoveAllByOwner(ctx context.Context, owner authority.OwnerToken
 		return 0, err
 	}
 	var n atomic.Int64
-	err := s.run(ctx, s.all(), false, func(ctx context.Context, _ int, sh *shard) error {
-		k, err := sh.store.RemoveAllByOwner(ctx, owner)
-		n.Add(k)
-		return err
+	err := s.rerouted(ctx, func(t *topology) error {
+		if err := t.refuseFrozen("Removing an owner's rows"); err != nil {
+			return err
+		}
+		return s.run(ctx, t, t.all(), false, func(ctx context.Context, i int, sh *shard) error {
+			k, err := sh.store.RemoveAllByOwner(t.at(ctx, i), owner)
+			n.Add(k)
+			return err
+		})
 	})
 	return n.Load(), err
 }

@@ -16,14 +16,22 @@ import (
 // authority.Store, authority.ChangeWaiter, authority.RowFeed and
 // authority.FeedPositioner. It is safe for concurrent use.
 type Store struct {
-	cfg    Config
-	shards []*shard
-	// smap is the shard map every shard holds (or, for one shard over a
-	// single cluster's namespace, would hold).
-	smap schema.ShardMap
+	cfg Config
+	// topo is the shard map in force as the store last read it, its shards,
+	// and a resharding in progress (topology.go); replaced, never changed.
+	topo atomic.Pointer[topology]
+	// grow holds what the store opened beyond its configured shards, and
+	// serializes reloads of the map (topology.go).
+	grow growth
 	// aggs remembers the shard each aggregate was prepared in.
 	aggs   *fenceCache
 	closed atomic.Bool
+	// owners are the store's live owner leases, which a shard added by a
+	// resharding must also hold (owners.go).
+	owners ownerSet
+	// pol is the capacity policy SetCapacityPolicy set last, which a shard
+	// added by a resharding gets too.
+	pol atomic.Pointer[policyBox]
 	// life ends when the store closes: feeds a caller did not close end
 	// with it.
 	life    context.Context
@@ -51,21 +59,21 @@ var (
 	_ authority.FeedPositioner = (*Store)(nil)
 )
 
-// Shards returns how many shards the store has.
-func (s *Store) Shards() int { return len(s.shards) }
+// Shards returns how many shards the map in force has.
+func (s *Store) Shards() int { return len(s.topo.Load().shards) }
 
 // Shard returns shard i's etcd store (0 ≤ i < Shards()), for what is per
 // cluster (its upgrade status, server warning, write statistics). Writing
 // rows through it directly bypasses the shard map: a key must only be
 // written in its own shard (ShardOf).
-func (s *Store) Shard(i int) *etcdstore.Store { return s.shards[i].store }
+func (s *Store) Shard(i int) *etcdstore.Store { return s.topo.Load().shards[i].store }
 
-// ShardOf returns the shard key's row lives in.
-func (s *Store) ShardOf(key authority.Key) int { return shardOf(string(key), len(s.shards)) }
+// ShardOf returns the shard key's row lives in under the map in force.
+func (s *Store) ShardOf(key authority.Key) int { return s.topo.Load().shardOf(key) }
 
-// Map returns the shard map the store checked at New.
+// Map returns the shard map in force, as the store last read it.
 func (s *Store) Map() schema.ShardMap {
-	m := s.smap
+	m := s.topo.Load().smap
 	m.Shards = append([]schema.ShardMapShard(nil), m.Shards...)
 	return m
 }
@@ -80,6 +88,7 @@ func (s *Store) Close() error {
 	s.bgMu.Lock()
 	s.bgClosed = true
 	s.bgMu.Unlock()
+	s.grow.stop()
 	s.endLife()
 	err := errors.Join(s.closeSeams(), s.closeShards())
 	s.bg.Wait()
@@ -121,34 +130,21 @@ func (s *Store) begin(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// forKey returns the shard of key.
-func (s *Store) forKey(key authority.Key) *shard { return s.shards[s.ShardOf(key)] }
-
-// forObject returns the shard of an object key; a key that does not encode
-// goes to shard 0, whose store refuses it as any store does.
-func (s *Store) forObject(k authority.ObjectKey) *shard {
-	key, err := k.Encode()
-	if err != nil {
-		return s.shards[0]
-	}
-	return s.forKey(key)
-}
-
-// eachShard runs fn on every shard in parallel and returns the error of
-// the lowest shard that failed (naming it); fn's context ends once one
+// eachShard runs fn on every shard of t in parallel and returns the error
+// of the lowest shard that failed (naming it); fn's context ends once one
 // failed.
-func (s *Store) eachShard(ctx context.Context, fn func(ctx context.Context, i int, sh *shard) error) error {
-	return s.run(ctx, s.all(), true, fn)
+func (s *Store) eachShard(ctx context.Context, t *topology, fn func(ctx context.Context, i int, sh *shard) error) error {
+	return s.run(ctx, t, t.all(), true, fn)
 }
 
 // eachOf is eachShard over the shards named.
-func (s *Store) eachOf(ctx context.Context, which []int, fn func(ctx context.Context, i int, sh *shard) error) error {
-	return s.run(ctx, which, true, fn)
+func (s *Store) eachOf(ctx context.Context, t *topology, which []int, fn func(ctx context.Context, i int, sh *shard) error) error {
+	return s.run(ctx, t, which, true, fn)
 }
 
-// all names every shard.
-func (s *Store) all() []int {
-	all := make([]int, len(s.shards))
+// all names every shard of t.
+func (t *topology) all() []int {
+	all := make([]int, len(t.shards))
 	for i := range all {
 		all[i] = i
 	}
@@ -159,19 +155,19 @@ func (s *Store) all() []int {
 // ends once one failed, and the error returned is the lowest shard's that
 // is not that cancellation; without it every shard runs to its end and the
 // lowest shard's error is returned. Each error names its shard.
-func (s *Store) run(ctx context.Context, which []int, stop bool, fn func(ctx context.Context, i int, sh *shard) error) error {
+func (s *Store) run(ctx context.Context, t *topology, which []int, stop bool, fn func(ctx context.Context, i int, sh *shard) error) error {
 	if len(which) == 1 {
-		return inShard(which[0], fn(ctx, which[0], s.shards[which[0]]))
+		return inShard(which[0], fn(ctx, which[0], t.shards[which[0]]))
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make([]error, len(s.shards))
+	errs := make([]error, len(t.shards))
 	var wg sync.WaitGroup
 	for _, i := range which {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[i] = fn(rctx, i, s.shards[i]); errs[i] != nil && stop {
+			if errs[i] = fn(rctx, i, t.shards[i]); errs[i] != nil && stop {
 				cancel()
 			}
 		}()

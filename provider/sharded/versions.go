@@ -22,8 +22,9 @@ import (
 // ActiveVersion returns the lowest active version of the shards, as this
 // store last saw each.
 func (s *Store) ActiveVersion() storeversion.Version {
-	v := s.shards[0].store.ActiveVersion()
-	for _, sh := range s.shards[1:] {
+	t := s.topo.Load()
+	v := t.shards[0].store.ActiveVersion()
+	for _, sh := range t.shards[1:] {
 		v = min(v, sh.store.ActiveVersion())
 	}
 	return v
@@ -32,8 +33,9 @@ func (s *Store) ActiveVersion() storeversion.Version {
 // UpgradeStatus reads every shard's upgrade status (etcd.Store.UpgradeStatus),
 // by shard.
 func (s *Store) UpgradeStatus(ctx context.Context) ([]etcdstore.UpgradeStatus, error) {
-	out := make([]etcdstore.UpgradeStatus, len(s.shards))
-	err := s.eachShard(ctx, func(ctx context.Context, i int, sh *shard) (err error) {
+	t := s.topo.Load()
+	out := make([]etcdstore.UpgradeStatus, len(t.shards))
+	err := s.eachShard(ctx, t, func(ctx context.Context, i int, sh *shard) (err error) {
 		out[i], err = sh.store.UpgradeStatus(ctx)
 		return err
 	})
@@ -47,15 +49,16 @@ func (s *Store) UpgradeStatus(ctx context.Context) ([]etcdstore.UpgradeStatus, e
 // etcd.ErrFinalizeBlocked naming the shard; shards finalized before it stay
 // finalized.
 func (s *Store) Finalize(ctx context.Context, target storeversion.Version, dryRun bool) ([]etcdstore.FinalizeResult, error) {
-	out := make([]etcdstore.FinalizeResult, len(s.shards))
-	err := s.eachShard(ctx, func(ctx context.Context, i int, sh *shard) (err error) {
+	t := s.topo.Load()
+	out := make([]etcdstore.FinalizeResult, len(t.shards))
+	err := s.eachShard(ctx, t, func(ctx context.Context, i int, sh *shard) (err error) {
 		out[i], err = sh.store.Finalize(ctx, target, true)
 		return err
 	})
 	if err != nil || dryRun {
 		return out, err
 	}
-	for i, sh := range s.shards {
+	for i, sh := range t.shards {
 		res, err := sh.store.Finalize(ctx, target, false)
 		out[i] = res
 		if err != nil {
@@ -69,7 +72,7 @@ func (s *Store) Finalize(ctx context.Context, target storeversion.Version, dryRu
 // each naming its shard; "" when none has one.
 func (s *Store) ServerWarning() string {
 	var w []string
-	for i, sh := range s.shards {
+	for i, sh := range s.topo.Load().shards {
 		if msg := sh.store.ServerWarning(); msg != "" {
 			w = append(w, fmt.Sprintf("shard %d: %s", i, msg))
 		}

@@ -36,7 +36,8 @@ func (r *Row) EncodeAt(v storeversion.Version) string {
 		State: stateToCompact(r.Alloc.State), Kind: kindToCompact(r.Alloc.ObjectKind),
 		StableType: []byte(r.Alloc.StableType), Mesh: []byte(r.Alloc.Descriptor.MeshName),
 		Rid: []byte(r.Alloc.Descriptor.RID), Lifecycle: r.Alloc.DescriptorLifecycleGeneration,
-		Capacity: capacityToCompact(r.Alloc.Capacity), NextWrites: r.Pretend.wire().compact(),
+		Capacity: capacityToCompact(r.Alloc.Capacity), NextWrites: r.Pretend.wire().compact(), ObjectGen: r.ObjectGen,
+		MovedVersion: r.MovedVersion,
 	}
 	if p := r.Pending; p != nil {
 		m.Pending = &compactpb.Pending{ReservationId: []byte(p.ReservationID), Reference: []byte(p.RequestContentReference),
@@ -69,7 +70,8 @@ func decodeRowMetaCompact(meta []byte) (*rowWire, error) {
 	w := &rowWire{
 		OwnerGen: m.OwnerGen, Token: &token, OwnerID: string(m.OwnerId), Lease: m.Lease,
 		State: stateFromCompact(m.State), Kind: kindFromCompact(m.Kind), Stable: string(m.StableType),
-		Mesh: string(m.Mesh), RID: string(m.Rid), Lifecycle: m.Lifecycle, Capacity: capacity, pretendWire: pw,
+		Mesh: string(m.Mesh), RID: string(m.Rid), Lifecycle: m.Lifecycle, Capacity: capacity, ObjectGen: m.ObjectGen,
+		MovedVersion: m.MovedVersion, pretendWire: pw,
 	}
 	if p := m.Pending; p != nil {
 		w.Pending = &pendingWire{ReservationID: string(p.ReservationId), Reference: string(p.Reference), SHA256: p.Sha256, Size: p.Size}

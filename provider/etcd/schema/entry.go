@@ -152,6 +152,10 @@ type Entry struct {
 	Lease        int64
 	// ShardMap is the shard map (the shard-map key).
 	ShardMap *ShardMap
+	// ShardMove is a resharding's move (its pending or switching key), and
+	// ReshardJob its job record.
+	ShardMove  *ShardMove
+	ReshardJob *ReshardJob
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a

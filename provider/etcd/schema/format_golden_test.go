@@ -42,6 +42,14 @@ func goldenRow(state authority.AllocationState) *Row {
 	return r
 }
 
+// goldenMovedRow is goldenRow's active row as a resharding copies it: its
+// object generation kept as a number.
+func goldenMovedRow() *Row {
+	r := goldenRow(authority.AllocationActive)
+	r.CreateRev, r.ModRev = 5, 11
+	return r.Moved()
+}
+
 func goldenTerminal() *authority.TerminalRecord {
 	return &authority.TerminalRecord{State: authority.TerminalCreated,
 		Operation:     authority.CreationOperation{SourceNodeRID: "node-1", SourceNodeGeneration: 3, OperationID: authority.CreationOperationID{High: 1, Low: 2}},
@@ -95,6 +103,9 @@ func goldenValues() map[string]string {
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),
 		"capacity-entry.v2-compact": EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
+		// a row a resharding copied (storeversion.RowMoves)
+		"row-active.v4-moved":         goldenMovedRow().Encode(),
+		"row-active.v4-moved-compact": goldenMovedRow().EncodeAt(storeversion.RowMoves),
 	}
 }
 

@@ -70,6 +70,10 @@ func FuzzDecodeRow(f *testing.F) {
 	f.Add([]byte(r.EncodeAt(storeversion.CompactFormat)), int64(7), int64(5))
 	f.Add([]byte(moved.EncodeAt(storeversion.CompactFormat)), int64(9), int64(5))
 	f.Add([]byte(active.EncodeAt(storeversion.CompactFormat)), int64(1), int64(1))
+	copied := *r
+	copied.ObjectGen = 3
+	f.Add([]byte(copied.Encode()), int64(40), int64(31))
+	f.Add([]byte(copied.EncodeAt(storeversion.RowMoves)), int64(40), int64(31))
 	f.Add([]byte{rowFormatCompact, 0}, int64(1), int64(1))
 	f.Add([]byte{rowFormatCompact, 2, 0x28, 0x07}, int64(1), int64(1))
 	f.Fuzz(func(t *testing.T, value []byte, modRev, createRev int64) {

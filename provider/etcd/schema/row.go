@@ -15,15 +15,24 @@ import (
 // Row is one decoded state of one authority row: an immutable value once
 // built (the cache hands the same pointer to concurrent readers).
 type Row struct {
-	Key       authority.Key                 // the row's authority key (from its etcd key)
-	ModRev    int64                         // the value's ModRevision: its StoreVersion
-	CreateRev int64                         // the key's CreateRevision: the object generation
-	OwnerGen  int64                         // the owner generation; 0 until written: this write's revision
-	Token     int64                         // the ownership token; 0 until written: this write's revision
-	Owner     authority.OwnerToken          // the owner and its lease generation
-	Alloc     authority.PlacementAllocation // the placement and the capacity it holds
-	Pending   *authority.PendingCreation    // a reserved row's creation receipt, else nil
-	Payload   []byte                        // the raw payload
+	Key       authority.Key // the row's authority key (from its etcd key)
+	ModRev    int64         // the value's ModRevision: its StoreVersion
+	CreateRev int64         // the key's CreateRevision: the object generation
+	// ObjectGen is the object generation of a row a resharding copied from
+	// another shard (storeversion.RowMoves), whose CreateRevision here is
+	// another number; 0: CreateRev is the object generation.
+	ObjectGen int64
+	// MovedVersion is the StoreVersion a row a resharding copied had in
+	// the shard it left: the copy is the same state, so it keeps that
+	// version until its next write (which takes its own ModRevision, above
+	// every revision of the shard it left); 0: ModRev is the version.
+	MovedVersion int64
+	OwnerGen     int64                         // the owner generation; 0 until written: this write's revision
+	Token        int64                         // the ownership token; 0 until written: this write's revision
+	Owner        authority.OwnerToken          // the owner and its lease generation
+	Alloc        authority.PlacementAllocation // the placement and the capacity it holds
+	Pending      *authority.PendingCreation    // a reserved row's creation receipt, else nil
+	Payload      []byte                        // the raw payload
 	// Pretend holds the fields of storeversion.NextPretend, which exist
 	// only in test builds (tag authority_next); empty otherwise.
 	Pretend PretendNext
@@ -58,6 +67,10 @@ type rowWire struct {
 	Lifecycle int64        `json:"g"`
 	Capacity  capacityWire `json:"c"`
 	Pending   *pendingWire `json:"pc,omitempty"`
+	// ObjectGen and MovedVersion are Row's (storeversion.RowMoves): absent
+	// in every row no resharding copied.
+	ObjectGen    int64 `json:"cg,omitempty"`
+	MovedVersion int64 `json:"mv,omitempty"`
 	pretendWire
 }
 
@@ -71,7 +84,7 @@ func (r *Row) Encode() string {
 		State: string(r.Alloc.State), Kind: string(r.Alloc.ObjectKind), Stable: r.Alloc.StableType,
 		Mesh: r.Alloc.Descriptor.MeshName, RID: r.Alloc.Descriptor.RID,
 		Lifecycle: r.Alloc.DescriptorLifecycleGeneration, Capacity: encodeCapacity(r.Alloc.Capacity),
-		pretendWire: r.Pretend.wire(),
+		ObjectGen: r.ObjectGen, MovedVersion: r.MovedVersion, pretendWire: r.Pretend.wire(),
 	}
 	if p := r.Pending; p != nil {
 		w.Pending = &pendingWire{ReservationID: p.ReservationID, Reference: p.RequestContentReference, SHA256: p.RequestSHA256, Size: p.RequestEncodedSize}
@@ -108,7 +121,7 @@ func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 		return nil, corrupt(string(kv.Key), err)
 	}
 	r := &Row{
-		Key: key, ModRev: kv.ModRevision, CreateRev: kv.CreateRevision, OwnerGen: w.OwnerGen,
+		Key: key, ModRev: kv.ModRevision, CreateRev: kv.CreateRevision, ObjectGen: w.ObjectGen, MovedVersion: w.MovedVersion, OwnerGen: w.OwnerGen,
 		Owner: authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
 		Alloc: authority.PlacementAllocation{
 			State: authority.AllocationState(w.State), ObjectKind: authority.ObjectKind(w.Kind), StableType: w.Stable,
@@ -132,7 +145,7 @@ func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 	default:
 		r.Token = *w.Token
 	}
-	if r.Token > kv.ModRevision { // a token names this write or an earlier one
+	if r.Token > kv.ModRevision || r.ObjectGen > kv.ModRevision || r.MovedVersion >= kv.ModRevision { // they name earlier writes (a token: this one or an earlier)
 		return nil, corrupt(string(kv.Key), errBadRow)
 	}
 	if p := w.Pending; p != nil {
@@ -160,9 +173,9 @@ func decodeRowMeta(f byte, meta []byte) (*rowWire, error) {
 // Snapshot returns the contract's view of r read at now.
 func (r *Row) Snapshot(now time.Time) *authority.Snapshot {
 	s := &authority.Snapshot{
-		StoreVersion:             Version(r.ModRev),
+		StoreVersion:             r.Version(),
 		Payload:                  bytes.Clone(r.Payload),
-		ObjectGeneration:         r.CreateRev,
+		ObjectGeneration:         r.Generation(),
 		AuthorityOwnerGeneration: r.OwnerGen,
 		OwnershipToken:           r.Token,
 		OwnerID:                  r.Owner.OwnerID,
@@ -178,10 +191,43 @@ func (r *Row) Snapshot(now time.Time) *authority.Snapshot {
 	return s
 }
 
-// Next returns a copy of r as written at revision rev.
+// Generation returns r's object generation: ObjectGen when a resharding
+// copied it, else its key's CreateRevision.
+func (r *Row) Generation() int64 {
+	if r.ObjectGen != 0 {
+		return r.ObjectGen
+	}
+	return r.CreateRev
+}
+
+// Version returns r's StoreVersion: MovedVersion when a resharding copied
+// it (and nothing wrote it since), else its ModRevision.
+func (r *Row) Version() authority.StoreVersion {
+	if r.MovedVersion != 0 {
+		return Version(r.MovedVersion)
+	}
+	return Version(r.ModRev)
+}
+
+// Moved returns r as a resharding copies it into another shard: its
+// version, object generation, owner generation and ownership token stated
+// as numbers (the "this write's revision" sentinels resolved), since the
+// copy's revisions in the other cluster are other numbers.
+func (r *Row) Moved() *Row {
+	c := *r
+	c.ObjectGen = r.Generation()
+	c.MovedVersion = r.MovedVersion
+	if c.MovedVersion == 0 {
+		c.MovedVersion = r.ModRev
+	}
+	return &c
+}
+
+// Next returns a copy of r as written at revision rev: a write gives it a
+// version of its own (a copied row's MovedVersion ends).
 func (r *Row) Next(rev int64) *Row {
 	c := *r
-	c.ModRev = rev
+	c.ModRev, c.MovedVersion = rev, 0
 	return &c
 }
 

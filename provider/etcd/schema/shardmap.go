@@ -138,7 +138,7 @@ func DecodeShardMap(kv *mvccpb.KeyValue) (ShardMap, error) {
 // decodeShardMap decodes a key under SegShardMap.
 func (e *Entry) decodeShardMap(namespace string, kv *mvccpb.KeyValue) error {
 	if string(kv.Key) != (Layout{ns: namespace}).ShardMap() {
-		return errBadKey
+		return e.decodeReshard(namespace, kv)
 	}
 	m, err := DecodeShardMap(kv)
 	if err != nil {

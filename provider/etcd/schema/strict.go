@@ -95,8 +95,8 @@ func (w *rowWire) check() error {
 			return err
 		}
 	}
-	if w.OwnerGen < 0 || w.Lease < 0 || (w.Token != nil && *w.Token < 0) {
-		return errors.New("negative owner generation, lease generation or ownership token")
+	if w.OwnerGen < 0 || w.Lease < 0 || (w.Token != nil && *w.Token < 0) || w.ObjectGen < 0 || w.MovedVersion < 0 {
+		return errors.New("negative owner generation, lease generation, ownership token, object generation or version")
 	}
 	if p := w.Pending; p != nil {
 		if err := storedText(p.ReservationID, "reservation ID"); err != nil {

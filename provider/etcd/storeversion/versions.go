@@ -57,11 +57,20 @@ const (
 	// and every Txn that writes it compares the active version (fence).
 	CompactFormat Version = 3
 
+	// RowMoves (a stored format): a row that a resharding copied into
+	// another shard (package provider/sharded/reshard) keeps its object
+	// generation in the row's value (format 1: "cg", compact: object_gen),
+	// since its key's CreateRevision in the new cluster is another number.
+	// A build before it refuses such a row as ErrCorrupt, so a resharding
+	// copies rows only into a namespace at this version or later (a new
+	// cluster's namespace starts at Latest).
+	RowMoves Version = 4
+
 	// NextPretend is a change that exists only in test builds (build tag
 	// authority_next): a row field (schema's rowNext, "nx") and a fence
 	// rule (a row write also compares the namespace's active version). It
 	// proves the mechanism with a version the released build cannot read.
-	NextPretend Version = 4
+	NextPretend Version = 5
 )
 
 // MinSupported is the oldest active version this build works at.
@@ -80,6 +89,7 @@ var names = []struct {
 	{Base, "Base"},
 	{TokenFollowsOwner, "TokenFollowsOwner"},
 	{CompactFormat, "CompactFormat"},
+	{RowMoves, "RowMoves"},
 	{NextPretend, "NextPretend"},
 }
 

@@ -342,6 +342,14 @@ type Row struct {
 	Lifecycle  int64                  `protobuf:"varint,10,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
 	Capacity   *Capacity              `protobuf:"bytes,11,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Pending    *Pending               `protobuf:"bytes,12,opt,name=pending,proto3" json:"pending,omitempty"`
+	// object_gen is the object generation of a row a resharding copied from
+	// another shard (storeversion.RowMoves): 0 means the key's
+	// CreateRevision.
+	ObjectGen int64 `protobuf:"varint,13,opt,name=object_gen,json=objectGen,proto3" json:"object_gen,omitempty"`
+	// moved_version is the StoreVersion a row a resharding copied had in the
+	// shard it left, which it keeps until its next write (RowMoves); 0: the
+	// value's own ModRevision.
+	MovedVersion int64 `protobuf:"varint,14,opt,name=moved_version,json=movedVersion,proto3" json:"moved_version,omitempty"`
 	// next_writes is storeversion.NextPretend's field, which exists only in
 	// test builds (tag authority_next): a released build refuses a row with
 	// it set.
@@ -464,6 +472,20 @@ func (x *Row) GetPending() *Pending {
 	return nil
 }
 
+func (x *Row) GetObjectGen() int64 {
+	if x != nil {
+		return x.ObjectGen
+	}
+	return 0
+}
+
+func (x *Row) GetMovedVersion() int64 {
+	if x != nil {
+		return x.MovedVersion
+	}
+	return 0
+}
+
 func (x *Row) GetNextWrites() int64 {
 	if x != nil {
 		return x.NextWrites
@@ -559,7 +581,7 @@ const file_internal_compactpb_compact_proto_rawDesc = "" +
 	"\x0ereservation_id\x18\x01 \x01(\fR\rreservationId\x12\x1c\n" +
 	"\treference\x18\x02 \x01(\fR\treference\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04size\"\xcf\x03\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"\x93\x04\n" +
 	"\x03Row\x12\x1b\n" +
 	"\towner_gen\x18\x01 \x01(\x03R\bownerGen\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x19\n" +
@@ -574,7 +596,10 @@ const file_internal_compactpb_compact_proto_rawDesc = "" +
 	"\tlifecycle\x18\n" +
 	" \x01(\x03R\tlifecycle\x12<\n" +
 	"\bcapacity\x18\v \x01(\v2 .authority.etcd.compact.CapacityR\bcapacity\x129\n" +
-	"\apending\x18\f \x01(\v2\x1f.authority.etcd.compact.PendingR\apending\x12\x1f\n" +
+	"\apending\x18\f \x01(\v2\x1f.authority.etcd.compact.PendingR\apending\x12\x1d\n" +
+	"\n" +
+	"object_gen\x18\r \x01(\x03R\tobjectGen\x12#\n" +
+	"\rmoved_version\x18\x0e \x01(\x03R\fmovedVersion\x12\x1f\n" +
 	"\vnext_writes\x18\x0f \x01(\x03R\n" +
 	"nextWrites\"\xb1\x01\n" +
 	"\rCapacityEntry\x123\n" +

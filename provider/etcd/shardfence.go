@@ -1,0 +1,199 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	authority "github.com/zlink-systems/authority"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
+)
+
+// The shard map fence (Config.ShardMapFence). A store over several clusters
+// (provider/sharded) routes each operation by the shard map it loaded, and
+// a resharding changes the map key of every shard when it freezes rows and
+// when it switches to the next map. So that no write is acknowledged under
+// a map no longer in force, every write Txn of such a shard's store compares
+// the namespace's shard-map key's ModRevision with the one the operation was
+// routed with (the caller's context: WithShardMapRevision), and every read of
+// rows reads that key in the same Txn and checks it. A write or read that
+// finds the key moved fails with ErrShardMapChanged, having written nothing;
+// the caller reloads the map and routes again.
+
+// ErrShardMapChanged reports that the namespace's shard map key is not at
+// the ModRevision the operation was routed with: a resharding moved it on
+// (froze rows, or switched maps). Nothing was written. It wraps
+// authority.ErrUnavailable: the operation may be retried once routed again.
+var ErrShardMapChanged = errors.New("etcd: the shard map changed")
+
+type shardMapRevKey struct{}
+
+// WithShardMapRevision returns ctx carrying rev, the ModRevision of the
+// namespace's shard-map key (0: absent) an operation was routed with. On a
+// store with Config.ShardMapFence every write Txn and row read made on ctx
+// holds only while the key is still at rev. A context without it is not
+// fenced (a caller writing outside any map: tests, tools).
+func WithShardMapRevision(ctx context.Context, rev int64) context.Context {
+	return context.WithValue(ctx, shardMapRevKey{}, rev)
+}
+
+// unfenced returns ctx without a shard map revision (the steps of a
+// resharding read and write the map keys themselves).
+func unfenced(ctx context.Context) context.Context {
+	return context.WithValue(ctx, shardMapRevKey{}, nil)
+}
+
+// mapFence returns the shard map revision ctx carries, when the store is
+// fenced on the map.
+func (s *Store) mapFence(ctx context.Context) (int64, bool) {
+	if !s.shardFence {
+		return 0, false
+	}
+	rev, ok := ctx.Value(shardMapRevKey{}).(int64)
+	return rev, ok
+}
+
+// mapCmp is the compare of the shard map fence at rev.
+func (s *Store) mapCmp(rev int64) clientv3.Cmp { return modRevIs(s.keys.ShardMap(), rev) }
+
+// addMapFence adds ctx's map fence to t (once).
+func (s *Store) addMapFence(ctx context.Context, t *txnkit.Txn) {
+	if rev, ok := s.mapFence(ctx); ok {
+		t.CmpOnce(s.mapCmp(rev))
+	}
+}
+
+// fenceWrite returns t with ctx's map fence and the read of the map key in
+// its Else (a clone: the caller's t may be sent again), and the map
+// revisions t compares (a group commit adds one per waiter); nil when t is
+// not fenced on the map.
+func (s *Store) fenceWrite(ctx context.Context, t *txnkit.Txn) (*txnkit.Txn, []int64) {
+	if !s.shardFence {
+		return t, nil
+	}
+	key := s.keys.ShardMap()
+	revs := s.mapRevsIn(t)
+	rev, ok := s.mapFence(ctx)
+	if ok && !slices.Contains(revs, rev) {
+		revs = append(revs, rev)
+	}
+	if len(revs) == 0 {
+		return t, nil
+	}
+	t = t.Clone()
+	s.addMapFence(ctx, t)
+	t.OrGet(key, clientv3.WithKeysOnly())
+	return t, revs
+}
+
+// mapRevsIn returns the map revisions t already compares.
+func (s *Store) mapRevsIn(t *txnkit.Txn) []int64 {
+	key := s.keys.ShardMap()
+	var revs []int64
+	for _, c := range t.Cmps {
+		if pc := c.GetCompare(); string(pc.Key) == key && pc.Target == pb.Compare_MOD && pc.Result == pb.Compare_EQUAL {
+			revs = append(revs, pc.GetModRevision())
+		}
+	}
+	return revs
+}
+
+// mapChanged checks a failed fenced write: when the map key is not at every
+// revision the Txn compared, it is ErrShardMapChanged. (The read of the map
+// key fenceWrite added stays in resp: callers find reads by key or handle,
+// and it comes after theirs.)
+func (s *Store) mapChanged(resp *clientv3.TxnResponse, revs []int64) error {
+	if len(revs) == 0 || resp.Succeeded {
+		return nil
+	}
+	kv := txnkit.KVNamed(resp, s.keys.ShardMap())
+	var at int64
+	if kv != nil {
+		at = kv.ModRevision
+	}
+	for _, rev := range revs {
+		if rev != at {
+			return s.mapMoved(rev, at)
+		}
+	}
+	return nil
+}
+
+func (s *Store) mapMoved(routed, at int64) error {
+	return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
+		"The shard map of namespace %s is at revision %d, not %d as routed: a resharding moved it on; route again.",
+		s.keys.Namespace(), at, routed), ErrShardMapChanged)
+}
+
+// fenceRead appends the read of the map key to a read-only Txn's ops when
+// ctx is fenced on the map.
+func (s *Store) fenceRead(ctx context.Context, ops []clientv3.Op) ([]clientv3.Op, int64, bool) {
+	rev, ok := s.mapFence(ctx)
+	if !ok {
+		return ops, 0, false
+	}
+	return append(slices.Clip(ops), clientv3.OpGet(s.keys.ShardMap(), clientv3.WithKeysOnly())), rev, true
+}
+
+// readChanged checks a fenced read's map key (read last, after the
+// caller's reads, which it leaves where they are).
+func (s *Store) readChanged(resp *clientv3.TxnResponse, rev int64) error {
+	var at int64
+	if kv := txnkit.KVNamed(resp, s.keys.ShardMap()); kv != nil {
+		at = kv.ModRevision
+	}
+	if at != rev {
+		return s.mapMoved(rev, at)
+	}
+	return nil
+}
+
+// CheckShardMap reads the namespace's shard-map key and returns
+// ErrShardMapChanged unless it is at the revision ctx carries (nil when ctx
+// carries none, or the store is not fenced on the map): a listing's first
+// page, read at the current revision, calls it after the page, so the page
+// was read under the map it was routed by.
+func (s *Store) CheckShardMap(ctx context.Context) error {
+	if _, ok := s.mapFence(ctx); !ok {
+		return nil
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	_, err := s.read(ctx)
+	return err
+}
+
+// ErrShardedNamespace reports a store without Config.ShardMapFence opened on
+// the namespace of one shard of a map of several shards, or of a namespace
+// a resharding is moving rows out of: it would write rows without routing
+// them by the map, and without the fence that refuses writes under a map no
+// longer in force. Open such namespaces through provider/sharded. New
+// refuses it (a read-only store opens: it writes nothing; so does a store
+// with ShardMapFence, which knows it works on a shard: provider/sharded's,
+// or a tool's writing one shard directly, as authorityctl's).
+var ErrShardedNamespace = errors.New("etcd: the namespace is a shard of a sharded store")
+
+// refuseSharded refuses an unfenced writing store on a sharded namespace.
+func (s *Store) refuseSharded(ctx context.Context, cfg Config) error {
+	if cfg.ShardMapFence || cfg.ReadOnly {
+		return nil
+	}
+	k, err := s.Moves().ReadMap(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case k.Pending != nil:
+		return fmt.Errorf("%w: namespace %s: resharding job %s is moving rows to map epoch %d; open it with provider/sharded",
+			ErrShardedNamespace, s.keys.Namespace(), k.Pending.Job, k.Pending.To.Epoch)
+	case k.Current != nil && len(k.Current.Shards) > 1:
+		return fmt.Errorf("%w: namespace %s is one of the %d shards of map epoch %d; open it with provider/sharded",
+			ErrShardedNamespace, s.keys.Namespace(), len(k.Current.Shards), k.Current.Epoch)
+	}
+	return nil
+}
