@@ -41,6 +41,9 @@ func (l Layout) BudgetLedger(node authority.NodeDescriptor, lifecycle int64) str
 	return l.ns + SegEscrow + "/" + escrowLedgers + "/" + esc(node.MeshName) + "/" + esc(node.RID) + "/" + itoa(lifecycle)
 }
 
+// BudgetLedgersPrefix is the prefix of every ledger key.
+func (l Layout) BudgetLedgersPrefix() string { return l.ns + SegEscrow + "/" + escrowLedgers + "/" }
+
 // maxBudgetCount bounds every count of a stored budget. Budgets count
 // cumulatively (what a shard ever received or returned), so their bound is
 // far above a capacity count's; twice it still fits an int64.

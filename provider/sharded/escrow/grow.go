@@ -1,0 +1,165 @@
+package escrow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	authority "github.com/zlink-systems/authority"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+)
+
+// maxCount is the largest count of a capacity vector (the contract's).
+const maxCount = 0x7fff_ffff
+
+// Grow makes room in shard s's slice of req's node lifecycle for req.Need
+// next to the usage there (etcdstore.CapacityEscrow, through Hook):
+//
+//  1. it reads the slice and usage in s; a slice that holds Need already
+//     (another mover grew it) needs nothing;
+//  2. the home shard's ledger grants the first of: the waiting requests
+//     plus Chunk-1 more like Need, the waiting requests (Want), Need alone
+//     (each as much as the slice lacks for it), that the policy admits on
+//     top of everything granted; s's slice receives it;
+//  3. when the policy admits none, every transfer in flight is finished and
+//     every shard's slack, s's included, goes back to the ledger
+//     (reclaim), and step 2 runs once more with Want and Need: a refusal
+//     then is an error wrapping etcdstore.ErrBudgetExhausted.
+//
+// A crash or a cancelled ctx between the ledger's grant and the slice's
+// receipt leaves the grant in flight: counted as granted, in no slice,
+// until a reclaim or Reconcile applies it to the slice.
+func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) error {
+	shards, err := m.ready()
+	if err != nil {
+		return err
+	}
+	if s < 0 || s >= len(shards) {
+		return authority.Invalid(fmt.Sprintf("escrow: shard %d of %d.", s, len(shards)))
+	}
+	if err := authority.ValidateCapacityVector(req.Need); err != nil {
+		return err
+	}
+	if err := authority.ValidateCapacityVector(req.Want); err != nil {
+		return err
+	}
+	h, err := m.home(req.Node)
+	if err != nil {
+		return err
+	}
+	m.stats.grows.Add(1)
+	for round := 0; ; round++ {
+		st, err := shards[s].Slice(ctx, req.Node, req.Lifecycle)
+		if err != nil {
+			return err
+		}
+		asks := m.asks(st, req, round == 0)
+		if len(asks) == 0 {
+			return nil // the slice holds Need already
+		}
+		led, err := shards[h].Grant(ctx, req.Node, req.Lifecycle, s, asks...)
+		if err == nil {
+			m.stats.grants.Add(1)
+			_, err = shards[s].Receive(ctx, req.Node, req.Lifecycle, led.Shards[s].Given)
+			return err
+		}
+		if !errors.Is(err, etcdstore.ErrBudgetExhausted) {
+			return err
+		}
+		if round == 1 {
+			m.stats.exhausted.Add(1)
+			return err
+		}
+		if err := m.reclaim(ctx, shards, h, req.Node, req.Lifecycle); err != nil {
+			return err
+		}
+	}
+}
+
+// asks are what Grow asks the ledger for, largest first: with chunk, the
+// waiting requests plus Chunk-1 more like Need; then Want; then Need. Each
+// is what the slice lacks for it next to the usage; none when the slice
+// holds Need.
+func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk bool) []authority.CapacityVector {
+	need, ok := shortfall(st, req.Need)
+	if !ok {
+		return nil
+	}
+	var asks []authority.CapacityVector
+	add := func(c authority.CapacityVector) {
+		if short, ok := shortfall(st, c); ok {
+			for _, a := range asks {
+				if a.Equal(short) {
+					return
+				}
+			}
+			asks = append(asks, short)
+		}
+	}
+	if chunk && m.cfg.Chunk > 1 {
+		add(plus(req.Want, scale(req.Need, m.cfg.Chunk-1)))
+	}
+	add(req.Want)
+	add(need)
+	if !asks[len(asks)-1].Equal(need) {
+		asks = append(asks, need) // Want's shortfall may not cover Need's (another shape)
+	}
+	return asks
+}
+
+// shortfall is what the slice of st lacks to hold c next to the usage,
+// counter by counter (a vector of c's shape); false when it lacks nothing.
+func shortfall(st etcdstore.SliceState, c authority.CapacityVector) (authority.CapacityVector, bool) {
+	size := st.Slice.Size()
+	lack := func(n int64, counter schema.BudgetCounter) int64 {
+		if n == 0 {
+			return 0
+		}
+		return min(maxCount, max(0, st.Usage[counter]+n-size[counter]))
+	}
+	out := authority.CapacityVector{
+		Actors: lack(c.Actors, schema.BudgetCounter{Kind: authority.ObjectActor}),
+		Spots:  lack(c.Spots, schema.BudgetCounter{Kind: authority.CounterSpots}),
+	}
+	if c.SpotType != nil {
+		if n := lack(c.SpotType.Count, schema.BudgetCounter{Kind: c.SpotType.ObjectKind, StableType: c.SpotType.StableType}); n > 0 {
+			st := *c.SpotType
+			st.Count = n
+			out.SpotType = &st
+		}
+	}
+	return out, out.Actors > 0 || out.Spots > 0 || out.SpotType != nil
+}
+
+// scale multiplies every count of c by k, up to the contract's bound.
+func scale(c authority.CapacityVector, k int64) authority.CapacityVector {
+	mul := func(n int64) int64 {
+		if n > 0 && k > maxCount/n {
+			return maxCount
+		}
+		return n * k
+	}
+	out := authority.CapacityVector{Actors: mul(c.Actors), Spots: mul(c.Spots)}
+	if c.SpotType != nil {
+		st := *c.SpotType
+		st.Count = mul(st.Count)
+		out.SpotType = &st
+	}
+	return out
+}
+
+// plus adds two vectors of one shape, up to the contract's bound (a Spot
+// type other than a's is left out).
+func plus(a, b authority.CapacityVector) authority.CapacityVector {
+	add := func(x, y int64) int64 { return min(maxCount, x+y) }
+	out := authority.CapacityVector{Actors: add(a.Actors, b.Actors), Spots: add(a.Spots, b.Spots)}
+	if a.SpotType != nil {
+		st := *a.SpotType
+		if b.SpotType != nil && b.SpotType.ObjectKind == st.ObjectKind && b.SpotType.StableType == st.StableType {
+			st.Count = add(st.Count, b.SpotType.Count)
+		}
+		out.SpotType = &st
+	}
+	return out
+}
