@@ -39,6 +39,7 @@ type capacityRun struct {
 	holding, peak                 [2]atomic.Int64
 	admitted, exhausted, retried  atomic.Int64
 	releases, commits, unexpected atomic.Int64
+	unknown                       atomic.Int64 // reservations of unknown outcome
 	firstUnexpected               atomic.Value
 }
 
@@ -98,6 +99,30 @@ func (w *capacityWriter) reserve(ctx context.Context) (exhausted bool) {
 		w.run.fail(fmt.Errorf("reserve: %s", res.Kind))
 	}
 	return false
+}
+
+// reserveAllowingUnknown is reserve on a context that may end mid-way: an
+// unknown outcome is counted, not a failure (the row may hold capacity,
+// which the caller then reads back).
+func (w *capacityWriter) reserveAllowingUnknown(ctx context.Context) {
+	w.seq++
+	req := reserveRequest(w.kind, fmt.Sprintf("w%d-%d", w.id, w.seq))
+	res, err := w.store.Reserve(ctx, req)
+	switch {
+	case errors.Is(err, authority.ErrOutcomeUnknown) || (err != nil && ctx.Err() != nil):
+		w.run.unknown.Add(1)
+	case errors.Is(err, authority.ErrUnavailable):
+		w.run.retried.Add(1)
+	case err != nil:
+		w.run.fail(err)
+	case res.Kind == authority.KindReserved:
+		w.run.took(w.kind)
+		w.rows = append(w.rows, held{req: req, res: res})
+	case res.Kind == authority.KindPlacementCapacityExhausted:
+		w.run.exhausted.Add(1)
+	default:
+		w.run.fail(fmt.Errorf("reserve: %s", res.Kind))
+	}
 }
 
 // commitOne turns one reserved Spot active.
