@@ -79,6 +79,9 @@ type setOptions struct {
 	chunk  int64
 	// wrap, when set, wraps shard i's steps as the mover sees them.
 	wrap func(i int, sh escrow.Shard) escrow.Shard
+	// clock and claims are every store's (nil: the wall clock, none).
+	clock  authority.Clock
+	claims authority.IdentityClaims
 }
 
 // openShards opens a store per shard on namespace ns (a new one when ""),
@@ -94,7 +97,7 @@ func openShards(t testing.TB, ns string, o setOptions) *shardSet {
 	for i, srv := range servers {
 		c := srv.Client(t)
 		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: c, Namespace: ns,
-			CapacityPolicy: o.policy, CapacityEscrow: m.Hook(i), SkipVersionCheck: true})
+			CapacityPolicy: o.policy, CapacityEscrow: m.Hook(i), SkipVersionCheck: true, Clock: o.clock, IdentityClaims: o.claims})
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			_ = s.Close()
