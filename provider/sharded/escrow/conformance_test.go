@@ -36,7 +36,18 @@ func escrowFactory(t *testing.T) *conformance.Harness {
 	clock := authority.NewManualClock(testEpoch)
 	claims := &claimSet{keys: map[authority.Key]bool{}}
 	set := openShards(t, "", setOptions{clock: clock, claims: claims})
-	s := set.stores[0]
+	h := harnessFor(set, 0, clock)
+	h.ClaimIdentity = func(_ testing.TB, key authority.Key) {
+		claims.mu.Lock()
+		defer claims.mu.Unlock()
+		claims.keys[key] = true
+	}
+	return h
+}
+
+// harnessFor is a harness over shard i's store of set.
+func harnessFor(set *shardSet, i int, clock *authority.ManualClock) *conformance.Harness {
+	s := set.stores[i]
 	return &conformance.Harness{
 		Store: s,
 		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
@@ -59,11 +70,6 @@ func escrowFactory(t *testing.T) *conformance.Harness {
 			if _, err := set.mover.ReconcileAll(context.Background(), true); err != nil {
 				t.Fatalf("reclaim after a policy change: %v", err)
 			}
-		},
-		ClaimIdentity: func(_ testing.TB, key authority.Key) {
-			claims.mu.Lock()
-			defer claims.mu.Unlock()
-			claims.keys[key] = true
 		},
 		AdvanceClock:    func(_ testing.TB, d time.Duration) { clock.Advance(d) },
 		Now:             clock.Now,

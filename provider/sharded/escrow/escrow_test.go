@@ -55,3 +55,43 @@ func TestEscrowLimitHoldsAcrossShards(t *testing.T) {
 	require.Equal(t, int64(limit), reserved)
 	set.requireSettled(t, false)
 }
+
+// TestEscrowAggregatePrepareAcrossShards: an aggregate prepared in shard 1
+// moving Spots onto a node whose Spots live in shard 0 is held to the
+// node's limit over both shards: too large, conflict; within it, prepared
+// (its slice grown from the ledger), committed, and the node is full on
+// every shard.
+func TestEscrowAggregatePrepareAcrossShards(t *testing.T) {
+	clock := authority.NewManualClock(testEpoch)
+	set := openShards(t, "", setOptions{policy: limits{actors: 100, spots: 5}, clock: clock})
+	fx0 := conformance.NewFixture(t, harnessFor(set, 0, clock))
+	fx1 := conformance.NewFixture(t, harnessFor(set, 1, clock))
+	for i := range 4 {
+		fx0.Active(authority.ObjectUserSpot, fmt.Sprintf("a%d", i), conformance.TargetA)
+	}
+	b1 := fx1.Active(authority.ObjectUserSpot, "b1", conformance.TargetB)
+	b2 := fx1.Active(authority.ObjectUserSpot, "b2", conformance.TargetB)
+	spots := func(n int64) authority.CapacityVector {
+		return authority.CapacityVector{Spots: n, SpotType: &authority.SpotTypeCapacity{ObjectKind: authority.ObjectUserSpot, StableType: conformance.DefaultStableType, Count: n}}
+	}
+	k1, k2 := fx1.Key(authority.ObjectUserSpot, "b1"), fx1.Key(authority.ObjectUserSpot, "b2")
+	both := conformance.AggregateRequest("move-both", 1, conformance.TargetA, spots(2),
+		conformance.Participant(k1, b1.StoreVersion, authority.TransitionNewOwner, []byte("b1 moved")),
+		conformance.Participant(k2, b2.StoreVersion, authority.TransitionNewOwner, []byte("b2 moved")))
+	res, err := set.stores[1].PrepareAggregate(fx1.Ctx(), both)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindConflict, res.Kind, "4 Spots in shard 0 and 2 more exceed the limit of 5")
+
+	one := conformance.AggregateRequest("move-one", 1, conformance.TargetA, spots(1),
+		conformance.Participant(k1, b1.StoreVersion, authority.TransitionNewOwner, []byte("b1 moved")))
+	fence := fx1.MustPrepare(one)
+	c, err := set.stores[1].CommitAggregate(fx1.Ctx(), fence)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, c.Kind)
+	active, reserved := set.usage(t, authority.CounterSpots)
+	require.Equal(t, int64(5), active+reserved)
+	r, err := set.stores[2].Reserve(fx1.Ctx(), reserveRequest(authority.ObjectUserSpot, "late"))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindPlacementCapacityExhausted, r.Kind)
+	set.requireSettled(t, false)
+}

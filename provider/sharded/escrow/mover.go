@@ -121,7 +121,9 @@ type hook struct {
 	shard int
 }
 
-func (h hook) Grow(ctx context.Context, req etcdstore.BudgetRequest) error { return h.m.Grow(ctx, h.shard, req) }
+func (h hook) Grow(ctx context.Context, req etcdstore.BudgetRequest) error {
+	return h.m.Grow(ctx, h.shard, req)
+}
 
 // errNotAttached is the cause of a step asked of a mover missing a shard.
 var errNotAttached = errors.New("escrow: a shard is not attached yet")
