@@ -19,9 +19,10 @@ const maxCount = 0x7fff_ffff
 //  1. it reads the slice and usage in s; a slice that holds Need already
 //     (another mover grew it) needs nothing;
 //  2. the home shard's ledger grants the first of: the waiting requests
-//     plus Chunk-1 more like Need, the waiting requests (Want), Need alone
-//     (each as much as the slice lacks for it), that the policy admits on
-//     top of everything granted; s's slice receives it;
+//     plus Chunk-1 more like Need (then half as many more, and so on), the
+//     waiting requests (Want), Need alone (each as much as the slice lacks
+//     for it), that the policy admits on top of everything granted; s's
+//     slice receives it;
 //  3. when the policy admits none, every transfer in flight is finished and
 //     every shard's slack, s's included, goes back to the ledger
 //     (reclaim), and step 2 runs once more with Want and Need: a refusal
@@ -78,9 +79,10 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 }
 
 // asks are what Grow asks the ledger for, largest first: with chunk, the
-// waiting requests plus Chunk-1 more like Need; then Want; then Need. Each
-// is what the slice lacks for it next to the usage; none when the slice
-// holds Need.
+// waiting requests plus Chunk-1 more like Need, plus half as many, and so
+// on; then Want; then Need. Each is what the slice lacks for it next to the
+// usage; none when the slice holds Need. The ledger grants the first the
+// policy admits, all decided on one read.
 func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk bool) []authority.CapacityVector {
 	need, ok := shortfall(st, req.Need)
 	if !ok {
@@ -97,8 +99,12 @@ func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk
 			asks = append(asks, short)
 		}
 	}
-	if chunk && m.cfg.Chunk > 1 {
-		add(plus(req.Want, scale(req.Need, m.cfg.Chunk-1)))
+	if chunk {
+		// the waiting requests plus Chunk-1 more, then half as many more,
+		// and so on: near the limit, as many as the policy admits
+		for extra := m.cfg.Chunk - 1; extra > 0; extra /= 2 {
+			add(plus(req.Want, scale(req.Need, extra)))
+		}
 	}
 	add(req.Want)
 	add(need)
