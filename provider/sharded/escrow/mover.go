@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -65,7 +66,7 @@ type Mover struct {
 	cfg    Config
 	mu     sync.RWMutex
 	shards []Shard
-	slow   keyedMutex // one reclaim at a time per node lifecycle, per mover
+	slow   reclaimQueues // one reclaim at a time per node lifecycle, per mover
 	stats  struct{ grows, grants, exhausted, reclaims atomic.Int64 }
 }
 
@@ -87,7 +88,7 @@ func New(cfg Config) (*Mover, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Mover{cfg: cfg, shards: make([]Shard, cfg.Shards), slow: keyedMutex{m: map[string]*keyedEntry{}}}, nil
+	return &Mover{cfg: cfg, shards: make([]Shard, cfg.Shards), slow: reclaimQueues{m: map[string]*reclaimQueue{}}}, nil
 }
 
 // HomeShard is the default home of a node's ledgers: FNV-1a of its mesh
@@ -137,7 +138,7 @@ func (m *Mover) ready() ([]Shard, error) {
 			return nil, authority.Wrap(authority.ErrUnavailable, "capacity escrow not ready", errNotAttached)
 		}
 	}
-	return m.shards, nil
+	return slices.Clone(m.shards), nil
 }
 
 // home returns the index of node's home shard, checked.
@@ -161,41 +162,4 @@ type Stats struct {
 // Stats returns the mover's counts.
 func (m *Mover) Stats() Stats {
 	return Stats{Grows: m.stats.grows.Load(), Grants: m.stats.grants.Load(), Exhausted: m.stats.exhausted.Load(), Reclaims: m.stats.reclaims.Load()}
-}
-
-// keyedMutex is a mutex per key, dropped when unused.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	ch    chan struct{} // holds one token: the lock
-	users int
-}
-
-// lock takes key's lock (or gives up when ctx ends) and returns its unlock.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{ch: make(chan struct{}, 1)}
-		k.m[key] = e
-	}
-	e.users++
-	k.mu.Unlock()
-	release := func() {
-		k.mu.Lock()
-		if e.users--; e.users == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
-	select {
-	case e.ch <- struct{}{}:
-		return func() { <-e.ch; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
 }

@@ -22,16 +22,21 @@ func nodeKey(node authority.NodeDescriptor, lifecycle int64) string {
 // every shard's slack back to the ledger in shard h: after it, each
 // shard's line in the ledger is its slice, and each slice is its usage
 // (but for what concurrent grows moved since). One reclaim at a time per
-// node lifecycle in this mover: a second caller waits for the first and
-// then runs its own (whose releases find little left).
+// node lifecycle in this mover; a caller that finds one running waits, and
+// when a reclaim that started after it arrived has succeeded meanwhile, it
+// takes that one's result instead of running its own (reclaimQueue).
 func (m *Mover) reclaim(ctx context.Context, shards []Shard, h int, node authority.NodeDescriptor, lifecycle int64) error {
-	unlock, err := m.slow.lock(ctx, nodeKey(node, lifecycle))
+	turn, err := m.slow.wait(ctx, nodeKey(node, lifecycle))
 	if err != nil {
 		return authority.Wrap(authority.ErrUnavailable, "capacity escrow: waiting for a reclaim", err)
 	}
-	defer unlock()
+	if turn.served() {
+		return nil
+	}
 	m.stats.reclaims.Add(1)
-	return m.settle(ctx, shards, h, node, lifecycle, true)
+	err = m.settle(ctx, shards, h, node, lifecycle, true)
+	turn.done(err == nil)
+	return err
 }
 
 // settle brings every shard's line of the node lifecycle's ledger (in
