@@ -74,7 +74,7 @@
 // shards, and the refusal is the one a single cluster would give. With
 // concurrent operations on N, Granted may also hold budget that other
 // requests hold while in flight: a grant to another shard made after the
-// reclaim (for its waiting requests, plus Chunk-1 more), and capacity freed
+// reclaim (for its waiting requests, and Chunk-1 times as many ahead), and capacity freed
 // in another shard after its release (an abort there). That budget is
 // released by the next reclaim; it is why the figure of the faults-style
 // test is taken with every writer going until refused.

@@ -18,11 +18,11 @@ const maxCount = 0x7fff_ffff
 //
 //  1. it reads the slice and usage in s; a slice that holds Need already
 //     (another mover grew it) needs nothing;
-//  2. the home shard's ledger grants the first of: the waiting requests
-//     plus Chunk-1 more like Need (then half as many more, and so on), the
-//     waiting requests (Want), Need alone (each as much as the slice lacks
-//     for it), that the policy admits on top of everything granted; s's
-//     slice receives it;
+//  2. the home shard's ledger grants the first of: Chunk times the
+//     waiting requests (Want), then Want and half as many more again, and
+//     so on, Want, Need alone (each as much as the slice lacks for it),
+//     that the policy admits on top of everything granted; s's slice
+//     receives it;
 //  3. when the policy admits none, every transfer in flight is finished and
 //     every shard's slack, s's included, goes back to the ledger
 //     (reclaim), and step 2 runs once more with Want and Need: a refusal
@@ -78,9 +78,9 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 	}
 }
 
-// asks are what Grow asks the ledger for, largest first: with chunk, the
-// waiting requests plus Chunk-1 more like Need, plus half as many, and so
-// on; then Want; then Need. Each is what the slice lacks for it next to the
+// asks are what Grow asks the ledger for, largest first: with chunk,
+// Chunk times Want, then Want plus half as many more as before, and so on;
+// then Want; then Need. Each is what the slice lacks for it next to the
 // usage; none when the slice holds Need. The ledger grants the first the
 // policy admits, all decided on one read.
 func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk bool) []authority.CapacityVector {
@@ -100,10 +100,11 @@ func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk
 		}
 	}
 	if chunk {
-		// the waiting requests plus Chunk-1 more, then half as many more,
-		// and so on: near the limit, as many as the policy admits
+		// Chunk times the waiting requests, then half as many more, and so
+		// on: the more wait, the more the slice takes ahead; near the
+		// limit, as many as the policy admits
 		for extra := m.cfg.Chunk - 1; extra > 0; extra /= 2 {
-			add(plus(req.Want, scale(req.Need, extra)))
+			add(plus(req.Want, scale(req.Want, extra)))
 		}
 	}
 	add(req.Want)

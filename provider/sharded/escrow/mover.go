@@ -50,9 +50,10 @@ type Config struct {
 	// Home returns the shard that holds a node's ledgers (default
 	// HomeShard over Shards). It must not change while the shards run.
 	Home func(node authority.NodeDescriptor) int
-	// Chunk: a grow first asks for the waiting requests plus Chunk-1 more
-	// like the first of them, so the next ones find room in the slice
-	// without a cross-shard step (default DefaultChunk; 1: only what waits).
+	// Chunk: a grow first asks for Chunk times the waiting requests (then
+	// less, down to what waits, when the policy refuses that much), so the
+	// next ones find room in the slice without a cross-shard step (default
+	// DefaultChunk; 1: only what waits).
 	Chunk int64
 	// Logger receives reclaims and recoveries (nil: none).
 	Logger *slog.Logger
