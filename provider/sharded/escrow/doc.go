@@ -79,6 +79,15 @@
 // released by the next reclaim; it is why the figure of the faults-style
 // test is taken with every writer going until refused.
 //
+// # Availability
+//
+// A reservation that fits its shard's slice needs only its own shard. A
+// grow needs the node's home shard, a reclaim every shard holding budget of
+// the node: while the home shard is down, reservations in the other shards
+// on the nodes homed there fail with ErrUnavailable once their slices run
+// out (a slice granted 2^31-1 because the policy does not limit its
+// counters never does).
+//
 // # Assumption on the capacity policy
 //
 // The ledger asks the policy with the granted total as currentReserved and

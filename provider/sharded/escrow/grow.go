@@ -18,8 +18,9 @@ const maxCount = 0x7fff_ffff
 //
 //  1. it reads the slice and usage in s; a slice that holds Need already
 //     (another mover grew it) needs nothing;
-//  2. the home shard's ledger grants the first of: Chunk times the
-//     waiting requests (Want), then Want and half as many more again, and
+//  2. the home shard's ledger grants the first of: 2^31-1 on each counter
+//     of the waiting requests (Want: what a policy that does not limit
+//     them admits), Chunk times Want, then Want and half as many more again, and
 //     so on, Want, Need alone (each as much as the slice lacks for it),
 //     that the policy admits on top of everything granted; s's slice
 //     receives it;
@@ -78,8 +79,8 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 	}
 }
 
-// asks are what Grow asks the ledger for, largest first: with chunk,
-// Chunk times Want, then Want plus half as many more as before, and so on;
+// asks are what Grow asks the ledger for, largest first: with chunk, the
+// most a vector can count on Want's counters, Chunk times Want, then Want plus half as many more as before, and so on;
 // then Want; then Need. Each is what the slice lacks for it next to the
 // usage; none when the slice holds Need. The ledger grants the first the
 // policy admits, all decided on one read.
@@ -100,6 +101,10 @@ func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk
 		}
 	}
 	if chunk {
+		// all a vector can count first: a policy that does not limit the
+		// counter (or no policy) admits it, and the slice never asks the
+		// home shard again
+		add(scale(req.Want, maxCount))
 		// Chunk times the waiting requests, then half as many more, and so
 		// on: the more wait, the more the slice takes ahead; near the
 		// limit, as many as the policy admits
