@@ -166,7 +166,9 @@ func classified(err error) bool {
 // requests short of the slice: it asks the escrow to grow the slice for the
 // first of them (and the others of its shape), then every request still
 // pending is decided again on a new snapshot. A refusal makes that first
-// request placementCapacityExhausted. false when no request was short.
+// request placementCapacityExhausted, and with it every short request of
+// its shape asking at least as much (the policy is monotone: escrow's
+// assumption). false when no request was short.
 func (g *groupRun) growShort(r groupRound) bool {
 	first := -1
 	var want authority.CapacityVector
@@ -191,8 +193,18 @@ func (g *groupRun) growShort(r groupRound) bool {
 	case err != nil:
 		g.fail(g.pending, err)
 	case exhausted:
-		g.outs[first].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
-		g.pending = dropIndex(g.pending, first)
+		// refused on top of what the node holds: so is every request short
+		// of the slice asking at least as much on the same counters
+		need := g.batch[first].res.row.Alloc.Capacity
+		next := g.pending[:0:0]
+		for _, i := range g.pending {
+			if c := g.batch[i].res.row.Alloc.Capacity; r.decisions[i] == decideShort && sameShape(c, need) && atLeast(c, need) {
+				g.outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
+				continue
+			}
+			next = append(next, i)
+		}
+		g.pending = next
 	case g.grows >= maxAttempts:
 		g.fail(g.pending, authority.Wrap(authority.ErrUnavailable, "reserve gave up: its node's capacity budget kept moving to other shards", errContention))
 	}
@@ -208,14 +220,10 @@ func sameShape(a, b authority.CapacityVector) bool {
 	return a.SpotType == nil || a.SpotType.ObjectKind == b.SpotType.ObjectKind && a.SpotType.StableType == b.SpotType.StableType
 }
 
-func dropIndex(idx []int, i int) []int {
-	out := idx[:0:0]
-	for _, j := range idx {
-		if j != i {
-			out = append(out, j)
-		}
-	}
-	return out
+// atLeast reports whether a counts at least b on every counter (of one
+// shape).
+func atLeast(a, b authority.CapacityVector) bool {
+	return a.Actors >= b.Actors && a.Spots >= b.Spots && (b.SpotType == nil || a.SpotType.Count >= b.SpotType.Count)
 }
 
 // growForPrepare asks the escrow for room for an aggregate's target

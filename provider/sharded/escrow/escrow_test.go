@@ -3,6 +3,7 @@ package escrow_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -93,5 +94,41 @@ func TestEscrowAggregatePrepareAcrossShards(t *testing.T) {
 	r, err := set.stores[2].Reserve(fx1.Ctx(), reserveRequest(authority.ObjectUserSpot, "late"))
 	require.NoError(t, err)
 	require.Equal(t, authority.KindPlacementCapacityExhausted, r.Kind)
+	set.requireSettled(t, false)
+}
+
+// TestEscrowGroupCommit: 64 concurrent reservations on one shard, with
+// room for 40 on the node and part of it left as slack in another shard:
+// exactly 40 reserved and 24 exhausted, the refusals decided a batch at a
+// time (one refused grow refuses every short request of its shape, not one
+// reclaim each).
+func TestEscrowGroupCommit(t *testing.T) {
+	const limit, requests = 40, 64
+	set := openShards(t, "", setOptions{policy: conformance.ActorLimit(limit)})
+	ctx := context.Background()
+	for i := range 5 { // shard 1 takes a slice (with its chunk) and holds 5
+		res, err := set.stores[1].Reserve(ctx, reserveRequest(authority.ObjectActor, fmt.Sprintf("s1-%d", i)))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindReserved, res.Kind)
+	}
+	outs := make([]authority.ReserveResult, requests)
+	errs := make([]error, requests)
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Go(func() {
+			outs[i], errs[i] = set.stores[0].Reserve(ctx, reserveRequest(authority.ObjectActor, fmt.Sprintf("s0-%d", i)))
+		})
+	}
+	wg.Wait()
+	kinds := map[authority.ResultKind]int{}
+	for i := range outs {
+		require.NoError(t, errs[i], "request %d", i)
+		kinds[outs[i].Kind]++
+	}
+	require.Equal(t, map[authority.ResultKind]int{authority.KindReserved: limit - 5, authority.KindPlacementCapacityExhausted: requests - (limit - 5)}, kinds)
+	_, reserved := set.usage(t, authority.ObjectActor)
+	require.Equal(t, int64(limit), reserved)
+	st := set.mover.Stats()
+	require.LessOrEqual(t, st.Exhausted, int64(4), "refused grows: %+v", st)
 	set.requireSettled(t, false)
 }

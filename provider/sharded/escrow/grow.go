@@ -18,16 +18,14 @@ const maxCount = 0x7fff_ffff
 //
 //  1. it reads the slice and usage in s; a slice that holds Need already
 //     (another mover grew it) needs nothing;
-//  2. the home shard's ledger grants the first of: 2^31-1 on each counter
-//     of the waiting requests (Want: what a policy that does not limit
-//     them admits), Chunk times Want, then Want and half as many more again, and
-//     so on, Want, Need alone (each as much as the slice lacks for it),
-//     that the policy admits on top of everything granted; s's slice
-//     receives it;
+//  2. the home shard's ledger grants the first of its asks (Mover.asks:
+//     from 2^31-1 on each counter of the waiting requests, what a policy
+//     that does not limit them admits, down to Need alone) that the policy
+//     admits on top of everything granted; s's slice receives it;
 //  3. when the policy admits none, every transfer in flight is finished and
 //     every shard's slack, s's included, goes back to the ledger
-//     (reclaim), and step 2 runs once more with Want and Need: a refusal
-//     then is an error wrapping etcdstore.ErrBudgetExhausted.
+//     (reclaim), and step 2 runs once more, from Want down: a refusal then
+//     is an error wrapping etcdstore.ErrBudgetExhausted.
 //
 // A crash or a cancelled ctx between the ledger's grant and the slice's
 // receipt leaves the grant in flight: counted as granted, in no slice,
@@ -45,6 +43,9 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 	}
 	if err := authority.ValidateCapacityVector(req.Want); err != nil {
 		return err
+	}
+	if !covers(req.Want, req.Need) {
+		req.Want = req.Need // not Need and more of its shape: ask for Need alone
 	}
 	h, err := m.home(req.Node)
 	if err != nil {
@@ -79,11 +80,13 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 	}
 }
 
-// asks are what Grow asks the ledger for, largest first: with chunk, the
-// most a vector can count on Want's counters, Chunk times Want, then Want plus half as many more as before, and so on;
-// then Want; then Need. Each is what the slice lacks for it next to the
-// usage; none when the slice holds Need. The ledger grants the first the
-// policy admits, all decided on one read.
+// asks are what Grow asks the ledger for, largest first, each what the
+// slice lacks for it next to the usage (none when the slice holds Need):
+// with chunk, the most a vector counts on Want's counters, then Chunk
+// times Want, Want plus half as many more, and so on; then Want, half of
+// it, a quarter, ..., down to Need. The ledger grants the first the policy
+// admits, all decided on one read, so a batch near the limit takes what
+// the policy still admits in one grant.
 func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk bool) []authority.CapacityVector {
 	need, ok := shortfall(st, req.Need)
 	if !ok {
@@ -113,6 +116,11 @@ func (m *Mover) asks(st etcdstore.SliceState, req etcdstore.BudgetRequest, chunk
 		}
 	}
 	add(req.Want)
+	// then half the waiting requests, a quarter, ...: a batch near the
+	// limit takes what the policy still admits in one grant
+	for h, n := halve(req.Want, req.Need), 0; !h.Equal(req.Need) && n < 64; h, n = halve(h, req.Need), n+1 {
+		add(h)
+	}
 	add(need)
 	if !asks[len(asks)-1].Equal(need) {
 		asks = append(asks, need) // Want's shortfall may not cover Need's (another shape)
@@ -142,6 +150,33 @@ func shortfall(st etcdstore.SliceState, c authority.CapacityVector) (authority.C
 		}
 	}
 	return out, out.Actors > 0 || out.Spots > 0 || out.SpotType != nil
+}
+
+// covers reports whether a counts the counters of b, each at least as
+// much, and no others.
+func covers(a, b authority.CapacityVector) bool {
+	if (a.Actors == 0) != (b.Actors == 0) || (a.Spots == 0) != (b.Spots == 0) || (a.SpotType == nil) != (b.SpotType == nil) ||
+		a.Actors < b.Actors || a.Spots < b.Spots {
+		return false
+	}
+	return b.SpotType == nil || a.SpotType.ObjectKind == b.SpotType.ObjectKind && a.SpotType.StableType == b.SpotType.StableType &&
+		a.SpotType.Count >= b.SpotType.Count
+}
+
+// halve halves every count of c (rounding up), never below floor's.
+func halve(c, floor authority.CapacityVector) authority.CapacityVector {
+	h := func(n, f int64) int64 { return max(f, (n+1)/2) }
+	out := authority.CapacityVector{Actors: h(c.Actors, floor.Actors), Spots: h(c.Spots, floor.Spots)}
+	if c.SpotType != nil {
+		st := *c.SpotType
+		if floor.SpotType != nil {
+			st.Count = h(st.Count, floor.SpotType.Count)
+		} else {
+			st.Count = h(st.Count, 0)
+		}
+		out.SpotType = &st
+	}
+	return out
 }
 
 // scale multiplies every count of c by k, up to the contract's bound.
