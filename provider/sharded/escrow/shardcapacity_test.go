@@ -199,18 +199,19 @@ func everyWriter(writers []*capacityWriter, f func(w *capacityWriter)) {
 	wg.Wait()
 }
 
-// TestShardCapacity: writers on all three shards, through two sets of
-// stores (two processes, each with its own mover), reserve actors and Spots
-// of one node against its limits. Fill: every writer reserves until it is
-// refused, and exactly the limits are admitted. Churn: writers reserve,
-// commit, abort and delete at random while a mover reclaims every shard's
-// slack in a loop (releases racing reservations); the capacity held over
-// all shards never passes the limits. Refill: the writers of one shard
-// reserve until refused again, and the node is exactly full (the other
-// shards' slack was reclaimed). After a reconcile nothing is
-// in flight, and after a reclaim the ledger grants exactly the usage.
+// TestShardCapacity: 36 writers, 12 on each of the three shards, through
+// two sets of stores (two processes, each with its own mover), reserve
+// actors and Spots of one node against its limits. Fill: every writer
+// reserves until it is refused, and exactly the limits are admitted.
+// Churn: writers reserve, commit, abort and delete at random while a mover
+// reclaims every shard's slack in a loop (releases racing reservations);
+// the capacity held over all shards never passes the limits. Refill: the
+// writers of one shard reserve until refused again, and the node is
+// exactly full (the other shards' slack was reclaimed). After a reconcile
+// nothing is in flight, and after a reclaim the ledger grants exactly the
+// usage.
 func TestShardCapacity(t *testing.T) {
-	const writers, actorLimit, spotLimit, churnOps = 24, 30, 45, 30
+	const writers, actorLimit, spotLimit, churnOps = 36, 40, 60, 40
 	policy := limits{actors: actorLimit, spots: spotLimit}
 	a := openShards(t, "", setOptions{policy: policy})
 	b := openShards(t, a.ns, setOptions{policy: policy})
