@@ -207,3 +207,54 @@ func TestEscrowModeOnOneShard(t *testing.T) {
 	require.NoError(t, err, "a read-only store reads a slice")
 	require.Equal(t, schema.Budget{schema.BudgetCounter{Kind: authority.ObjectActor}: 5}, sl.Slice.Size())
 }
+
+// escrowFunc is a CapacityEscrow of a test: another implementation of the
+// hook than the mover's, to see what the store makes of its answers.
+type escrowFunc func(ctx context.Context, req etcdstore.BudgetRequest) error
+
+func (f escrowFunc) Grow(ctx context.Context, req etcdstore.BudgetRequest) error { return f(ctx, req) }
+
+// TestEscrowHookAnswers: whatever a CapacityEscrow answers, a reservation
+// short of its slice ends with a contract outcome and writes nothing it
+// was not admitted for: a refusal is placementCapacityExhausted, an escrow that never grows the slice ends
+// in ErrUnavailable after a bounded number of grows, an error of its own
+// (unclassified, or of unknown outcome) is ErrUnavailable and not
+// ErrOutcomeUnknown (the reservation was not sent).
+func TestEscrowHookAnswers(t *testing.T) {
+	var calls int
+	var answer error
+	clock := authority.NewManualClock(testEpoch)
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, CapacityPolicy: conformance.ActorLimit(10),
+		CapacityEscrow: escrowFunc(func(_ context.Context, req etcdstore.BudgetRequest) error {
+			calls++
+			if req.Node != conformance.NodeA || !req.Need.Equal(authority.CapacityVector{Actors: 1}) {
+				return fmt.Errorf("unexpected request %+v", req)
+			}
+			return answer
+		})})
+	fx := conformance.NewFixture(t, harnessFor(s, clock))
+	for _, tc := range []struct {
+		name   string
+		answer error
+		kind   authority.ResultKind
+		is     error
+	}{
+		{"refused", fmt.Errorf("no: %w", etcdstore.ErrBudgetExhausted), authority.KindPlacementCapacityExhausted, nil},
+		{"never grows", nil, "", authority.ErrUnavailable},
+		{"unclassified error", errors.New("mover broke"), "", authority.ErrUnavailable},
+		{"unknown outcome", authority.Wrap(authority.ErrOutcomeUnknown, "lost", nil), "", authority.ErrUnavailable},
+	} {
+		calls, answer = 0, tc.answer
+		res, err := s.Reserve(fx.Ctx(), fx.ReserveRequest(authority.ObjectActor, "a-"+tc.name, conformance.TargetA))
+		if tc.is != nil {
+			require.ErrorIs(t, err, tc.is, tc.name)
+			require.NotErrorIs(t, err, authority.ErrOutcomeUnknown, tc.name)
+		} else {
+			require.NoError(t, err, tc.name)
+			require.Equal(t, tc.kind, res.Kind, tc.name)
+		}
+		require.Positive(t, calls, tc.name)
+		require.LessOrEqual(t, calls, 16, tc.name)
+		fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 0, 0)
+	}
+}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
 )
 
 // TestEscrowLimitHoldsAcrossShards: one after another, reservations on the
@@ -131,4 +135,84 @@ func TestEscrowGroupCommit(t *testing.T) {
 	st := set.mover.Stats()
 	require.LessOrEqual(t, st.Exhausted, int64(4), "refused grows: %+v", st)
 	set.requireSettled(t, false)
+}
+
+// downShard is a shard's steps while its cluster may be down: every step
+// fails with ErrUnavailable while down is set.
+type downShard struct {
+	escrow.Shard
+	down *atomic.Bool
+}
+
+var errShardDown = authority.Wrap(authority.ErrUnavailable, "test: the shard's cluster is down", nil)
+
+func (s downShard) check() error {
+	if s.down.Load() {
+		return errShardDown
+	}
+	return nil
+}
+
+func (s downShard) Slice(ctx context.Context, node authority.NodeDescriptor, lifecycle int64) (etcdstore.SliceState, error) {
+	if err := s.check(); err != nil {
+		return etcdstore.SliceState{}, err
+	}
+	return s.Shard.Slice(ctx, node, lifecycle)
+}
+
+func (s downShard) Ledger(ctx context.Context, node authority.NodeDescriptor, lifecycle int64) (schema.BudgetLedger, error) {
+	if err := s.check(); err != nil {
+		return schema.BudgetLedger{}, err
+	}
+	return s.Shard.Ledger(ctx, node, lifecycle)
+}
+
+func (s downShard) Grant(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, shard int, asks ...authority.CapacityVector) (schema.BudgetLedger, error) {
+	if err := s.check(); err != nil {
+		return schema.BudgetLedger{}, err
+	}
+	return s.Shard.Grant(ctx, node, lifecycle, shard, asks...)
+}
+
+// TestEscrowHomeShardDown: while the node's home shard (its ledger) is
+// unreachable, reservations in another shard go on as long as they fit that
+// shard's slice, then fail with ErrUnavailable (never over the limit, never
+// a refusal); once it is back they go on.
+func TestEscrowHomeShardDown(t *testing.T) {
+	home := escrow.HomeShard(node, shardCount)
+	other := (home + 1) % shardCount
+	var down atomic.Bool
+	set := openShards(t, "", setOptions{policy: conformance.ActorLimit(100), wrap: func(i int, sh escrow.Shard) escrow.Shard {
+		if i == home {
+			return downShard{sh, &down}
+		}
+		return sh
+	}})
+	ctx := context.Background()
+	reserve := func(id string) (authority.ReserveResult, error) {
+		return set.stores[other].Reserve(ctx, reserveRequest(authority.ObjectActor, id))
+	}
+	res, err := reserve("first")
+	require.NoError(t, err)
+	require.Equal(t, authority.KindReserved, res.Kind)
+	st, err := set.stores[other].Budget().Slice(ctx, node, lifecycle)
+	require.NoError(t, err)
+	room := st.Slice.Size()[schema.BudgetCounter{Kind: authority.ObjectActor}] - 1
+	require.Positive(t, room, "the first grow took a chunk: %v", st.Slice)
+
+	down.Store(true)
+	for i := range room {
+		res, err := reserve(fmt.Sprintf("in-slice-%d", i))
+		require.NoError(t, err, "a reservation within the slice needs only its own shard")
+		require.Equal(t, authority.KindReserved, res.Kind)
+	}
+	_, err = reserve("past-slice")
+	require.ErrorIs(t, err, authority.ErrUnavailable, "growing the slice needs the home shard")
+
+	down.Store(false)
+	res, err = reserve("past-slice")
+	require.NoError(t, err)
+	require.Equal(t, authority.KindReserved, res.Kind)
+	_, reserved := set.usage(t, authority.ObjectActor)
+	require.Equal(t, room+2, reserved)
 }
