@@ -36,6 +36,9 @@ func (m *Mover) reclaim(ctx context.Context, shards []Shard, h int, node authori
 	m.stats.reclaims.Add(1)
 	err = m.settle(ctx, shards, h, node, lifecycle, true)
 	turn.done(err == nil)
+	if err != nil {
+		m.cfg.Logger.Warn("capacity escrow: reclaim failed", "mesh", node.MeshName, "node", node.RID, "lifecycle", lifecycle, "error", err)
+	}
 	return err
 }
 
@@ -151,5 +154,7 @@ func (m *Mover) ReconcileAll(ctx context.Context, reclaim bool) (int, error) {
 			}
 		}
 	}
-	return visited, errors.Join(errs...)
+	err = errors.Join(errs...)
+	m.cfg.Logger.Info("capacity escrow: reconciled", "nodeLifecycles", visited, "reclaim", reclaim, "error", err)
+	return visited, err
 }
