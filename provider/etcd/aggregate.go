@@ -89,7 +89,7 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 	}
 	first := []clientv3.Op{opGet(p.aggKey), opGet(p.liveKey)}
 	var ur usageRead
-	if policy != nil {
+	if policy != nil || s.escrow != nil {
 		first, ur = s.addUsageReads(first, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, p.fullRange)
 	}
 	resp, got, err := s.readWithRows(ctx, first, gets)
@@ -106,7 +106,7 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 	pt.t.Cmp(modRevIs(p.aggKey, pt.expiredRev))
 	pt.t.OrGet(p.aggKey) // the record decides first: read it on failure
 	pt.t.Cmp(s.liveCmp(p.req.TargetDescriptor, p.req.TargetDescriptorLifecycleGeneration, p.req.TargetOwner))
-	if policy != nil {
+	if policy != nil || s.escrow != nil {
 		u, epoch, ok, err := s.usageAt(ctx, resp, ur)
 		if err != nil || !ok {
 			p.fullRange = err == nil // the watched usage is not that of the read
@@ -115,7 +115,15 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 		if !fits(policy, p.target, u) {
 			return p.conflict(), nil
 		}
+		sl, err := s.sliceAt(resp, ur)
+		if err != nil {
+			return nil, err
+		}
+		if !sl.holds(p.target, u) {
+			return p.growForPrepare(ctx) // escrow mode: the slice is short
+		}
 		s.fenceCapacity(pt.t, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, epoch)
+		sl.fence(pt.t)
 	}
 	if out, err := p.addParticipants(got, &pt); err != nil || out != nil {
 		return out, err
@@ -285,7 +293,7 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 	// compares: a row and at most one owner liveness per participant, the
 	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
 	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
-	prepareOps := 2*n + 3
+	prepareOps := 2*n + 2 + s.fenceCmps()
 	for _, c := range []struct {
 		t   *txnkit.Txn
 		ops int

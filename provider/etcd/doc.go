@@ -35,6 +35,12 @@
 //	                                                versions it works at), one per etcd lease it holds
 //	                                                (its own and each owner lease's, 16 hex digits),
 //	                                                attached to that lease
+//	ns/capacity-escrow/slices/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                escrow mode only (Config.CapacityEscrow): the node
+//	                                                lifecycle's budget slice in this shard
+//	ns/capacity-escrow/ledgers/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                escrow mode only, in the node's home shard: what its
+//	                                                ledger gave each shard and took back
 //
 // TestPackageDocKeyLayout (package schema) keeps this list equal to the keys
 // schema builds.

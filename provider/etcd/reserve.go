@@ -72,9 +72,10 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		},
 		Payload: bytes.Clone(req.CreatingPayload),
 	}}
-	if s.capacityPolicy() != nil {
-		// concurrent reservations on one node share its capacity fence:
-		// group-commit them (reservegroup.go).
+	if s.capacityPolicy() != nil || s.escrow != nil {
+		// concurrent reservations on one node share its capacity fence
+		// (and in escrow mode its budget slice): group-commit them
+		// (reservegroup.go).
 		return s.reserveGrouped(ctx, req, res)
 	}
 	// no capacity policy: nothing shared with other reservations, one Txn.

@@ -49,10 +49,14 @@ const (
 	// (ActiveVersion set) or a running process's announcement
 	// (Announcement set).
 	EntryStoreVersion
+	// EntryEscrow is a node lifecycle's capacity escrow key: its budget
+	// slice in this shard (BudgetSlice set) or its ledger (BudgetLedger
+	// set).
+	EntryEscrow
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version", "capacity escrow"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -76,6 +80,7 @@ var segments = map[EntryKind]string{
 	EntryBlob:            SegBlobs + "/",
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 	EntryStoreVersion:    SegStoreVersion + "/",
+	EntryEscrow:          SegEscrow + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -146,6 +151,9 @@ type Entry struct {
 	// lease it is attached to.
 	Announcement *Announcement
 	Lease        int64
+	// BudgetSlice and BudgetLedger are a capacity escrow key's value.
+	BudgetSlice  *BudgetSlice
+	BudgetLedger *BudgetLedger
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a
@@ -274,6 +282,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeCapacityEpoch(rest, kv)
 	case EntryStoreVersion:
 		err = e.decodeStoreVersion(namespace, kv)
+	case EntryEscrow:
+		err = e.decodeEscrow(rest, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		expires, data, berr := DecodeBlob(kv)

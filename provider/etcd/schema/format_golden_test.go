@@ -83,6 +83,8 @@ func goldenValues() map[string]string {
 		"aggregate-committed": goldenAggregate(AggregateCommitted).Encode(),
 		"owner-generation":    EncodeOwnerGeneration(41),
 		"blob":                EncodeBlob(goldenTime, []byte("relocation \x00 data")),
+		"budget-slice":        goldenSlice().Encode(),
+		"budget-ledger":       goldenLedger().Encode(),
 		// the compact format (storeversion.CompactFormat)
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),

@@ -43,6 +43,8 @@ func TestLaterFormatIsRefused(t *testing.T) {
 		{"creation terminal", l.Terminal(goldenTerminal().Operation), goldenValues()["creation-terminal"], ""},
 		{"liveness", l.Liveness(node, 3, owner), goldenValues()["liveness"], ""},
 		{"owner generation", l.OwnerGen(owner.OwnerID), goldenValues()["owner-generation"], ""},
+		{"budget slice", l.BudgetSlice(node, 3), goldenValues()["budget-slice"], ""},
+		{"budget ledger", l.BudgetLedger(node, 3), goldenValues()["budget-ledger"], ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
