@@ -49,10 +49,17 @@ const (
 	// (ActiveVersion set) or a running process's announcement
 	// (Announcement set).
 	EntryStoreVersion
+	// EntryRowLock is a cross-shard aggregate's lock on a row (Key, and
+	// RowLock its value).
+	EntryRowLock
+	// EntryAggregatePart is the marker of a cross-shard aggregate's part
+	// applied in this shard (Fence, and Part its value).
+	EntryAggregatePart
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version",
+	"row lock", "aggregate part"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -76,6 +83,8 @@ var segments = map[EntryKind]string{
 	EntryBlob:            SegBlobs + "/",
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 	EntryStoreVersion:    SegStoreVersion + "/",
+	EntryRowLock:         SegRowLocks + "/",
+	EntryAggregatePart:   SegAggregateParts + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -146,6 +155,10 @@ type Entry struct {
 	// lease it is attached to.
 	Announcement *Announcement
 	Lease        int64
+	// RowLock is a row lock's value.
+	RowLock *RowLock
+	// Part is a part marker's value.
+	Part *AggregatePart
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a
@@ -274,6 +287,14 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeCapacityEpoch(rest, kv)
 	case EntryStoreVersion:
 		err = e.decodeStoreVersion(namespace, kv)
+	case EntryRowLock:
+		e.Key = authority.Key(rest)
+		var l RowLock
+		if l, err = DecodeRowLock(kv); err == nil {
+			e.RowLock = &l
+		}
+	case EntryAggregatePart:
+		err = e.decodeAggregatePart(rest, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		expires, data, berr := DecodeBlob(kv)
@@ -424,5 +445,23 @@ func (e *Entry) decodeAggregate(rest string, kv *mvccpb.KeyValue) error {
 		return err
 	}
 	e.Aggregate = rec
+	return nil
+}
+
+// decodeAggregatePart decodes aggregate-parts/<esc id>/<gen>.
+func (e *Entry) decodeAggregatePart(rest string, kv *mvccpb.KeyValue) error {
+	id, gen, ok := strings.Cut(rest, "/")
+	if !ok {
+		return errBadKey
+	}
+	var err error
+	if e.Fence, err = parseFence(id, gen); err != nil {
+		return err
+	}
+	p, err := DecodeAggregatePart(kv)
+	if err != nil {
+		return err
+	}
+	e.Part = &p
 	return nil
 }
