@@ -172,11 +172,12 @@ func (c CrossShard) ReadRecord(ctx context.Context, fence authority.Fence) (*Cro
 // TakeOver rewrites the prepared record rec unchanged if it is still at
 // its revision, so that every commit attempt started from that revision
 // can no longer decide (their row locks are then left over: anyone may
-// release them). It returns the record now: the rewritten one, or what the
-// store holds when rec was not current (nil: none).
-func (c CrossShard) TakeOver(ctx context.Context, rec *CrossRecord) (*CrossRecord, error) {
+// release them). It returns the record now and whether this call rewrote
+// it; a record that was not current is returned as the store holds it
+// (nil: none).
+func (c CrossShard) TakeOver(ctx context.Context, rec *CrossRecord) (*CrossRecord, bool, error) {
 	if err := c.checkRecord(rec, schema.AggregatePrepared, false); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	t := &txnkit.Txn{}
 	next := *rec
@@ -187,11 +188,11 @@ func (c CrossShard) TakeOver(ctx context.Context, rec *CrossRecord) (*CrossRecor
 // if it is still at its revision: the single decision point of the
 // aggregate. An abort releases the target's reserved capacity in the same
 // Txn; a commit keeps it until Finish, after every shard applied its part.
-// It returns the record now: the decided one, or what the store holds when
-// rec was not current (nil: none).
-func (c CrossShard) Decide(ctx context.Context, rec *CrossRecord, commit bool) (*CrossRecord, error) {
+// It returns the record now and whether this call decided it; a record
+// that was not current is returned as the store holds it (nil: none).
+func (c CrossShard) Decide(ctx context.Context, rec *CrossRecord, commit bool) (*CrossRecord, bool, error) {
 	if err := c.checkRecord(rec, schema.AggregatePrepared, false); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	t := &txnkit.Txn{}
 	next := *rec
@@ -261,14 +262,15 @@ func (c CrossShard) checkRecord(rec *CrossRecord, state string, decided bool) er
 }
 
 // rewrite puts next at rec's key if the record is still at rec's revision,
-// with t's other writes, and returns the record now.
-func (c CrossShard) rewrite(ctx context.Context, t *txnkit.Txn, rec, next *CrossRecord, what string) (*CrossRecord, error) {
+// with t's other writes, and returns the record now and whether it wrote
+// it.
+func (c CrossShard) rewrite(ctx context.Context, t *txnkit.Txn, rec, next *CrossRecord, what string) (*CrossRecord, bool, error) {
 	s := c.s
 	if err := s.begin(ctx); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := s.rowLocksFence(t, "a cross-shard aggregate"); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	aggKey := s.keys.Aggregate(rec.Fence())
 	stored := next.stored()
@@ -277,13 +279,14 @@ func (c CrossShard) rewrite(ctx context.Context, t *txnkit.Txn, rec, next *Cross
 	t.OrGet(aggKey)
 	resp, err := s.sendRaw(ctx, t, what)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if resp.Succeeded {
 		s.aggs.Put(aggKey, knownAggregate{stored, resp.Header.Revision}, true)
-		return crossRecord(stored, resp.Header.Revision), nil
+		return crossRecord(stored, resp.Header.Revision), true, nil
 	}
-	return c.recordIn(aggKey, txnkit.ReadsOf(resp))
+	cur, err := c.recordIn(aggKey, txnkit.ReadsOf(resp))
+	return cur, false, err
 }
 
 // recordIn decodes the record at aggKey from a failed Txn's reads (nil:
