@@ -19,28 +19,35 @@ import (
 // and a node's capacity across shards is the capacity escrow's (issue 42).
 func factory(router func() twophase.Router, policies bool) conformance.Factory {
 	return func(t *testing.T) *conformance.Harness {
-		c := newCluster(t, router())
-		in := c.instance(t, nil)
-		spreadRevisions(t, c)
-		h := &conformance.Harness{
-			Store: testStore{in},
-			SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
-				in.setLive(t, node, lifecycle, owner, live)
-			},
-			SetCapacityPolicy: func(_ testing.TB, p authority.CapacityPolicy) {
-				for _, s := range in.stores {
-					s.SetCapacityPolicy(p)
-				}
-			},
-			AdvanceClock:    func(_ testing.TB, d time.Duration) { c.clock.Advance(d) },
-			Now:             c.clock.Now,
-			RecordRetention: in.stores[0].RecordRetention(),
-		}
-		if !policies {
-			h.SetCapacityPolicy = nil
-		}
+		h, _, _ := newHarness(t, router(), policies)
 		return h
 	}
+}
+
+// newHarness returns a conformance harness over a new instance on new
+// namespaces, with the cluster and the instance.
+func newHarness(t testing.TB, router twophase.Router, policies bool) (*conformance.Harness, *cluster, *instance) {
+	c := newCluster(t, router)
+	in := c.instance(t, nil)
+	spreadRevisions(t, c)
+	h := &conformance.Harness{
+		Store: testStore{in},
+		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
+			in.setLive(t, node, lifecycle, owner, live)
+		},
+		SetCapacityPolicy: func(_ testing.TB, p authority.CapacityPolicy) {
+			for _, s := range in.stores {
+				s.SetCapacityPolicy(p)
+			}
+		},
+		AdvanceClock:    func(_ testing.TB, d time.Duration) { c.clock.Advance(d) },
+		Now:             c.clock.Now,
+		RecordRetention: in.stores[0].RecordRetention(),
+	}
+	if !policies {
+		h.SetCapacityPolicy = nil
+	}
+	return h, c, in
 }
 
 // spreadRevisions moves each shard's etcd revision at least revisionGap
@@ -78,6 +85,7 @@ func TestAggregateConformanceAcrossShards(t *testing.T) {
 	t.Run("AggregatePrepare", func(t *testing.T) { conformance.RunTestAggregatePrepare(t.Context(), t, f) })
 	t.Run("AggregateCommit", func(t *testing.T) { conformance.RunTestAggregateCommit(t.Context(), t, f) })
 	t.Run("AggregateAbort", func(t *testing.T) { conformance.RunTestAggregateAbort(t.Context(), t, f) })
+	t.Run("AggregatePolicy", func(t *testing.T) { conformance.RunTestAggregatePolicy(t.Context(), t, f) })
 }
 
 // TestAggregateConformanceOneShard runs the same areas with every row and
@@ -88,4 +96,5 @@ func TestAggregateConformanceOneShard(t *testing.T) {
 	t.Run("AggregatePrepare", func(t *testing.T) { conformance.RunTestAggregatePrepare(t.Context(), t, f) })
 	t.Run("AggregateCommit", func(t *testing.T) { conformance.RunTestAggregateCommit(t.Context(), t, f) })
 	t.Run("AggregateAbort", func(t *testing.T) { conformance.RunTestAggregateAbort(t.Context(), t, f) })
+	t.Run("AggregatePolicy", func(t *testing.T) { conformance.RunTestAggregatePolicy(t.Context(), t, f) })
 }
