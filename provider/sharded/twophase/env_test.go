@@ -155,3 +155,13 @@ func (in *instance) setLive(t testing.TB, node authority.NodeDescriptor, lifecyc
 		require.NoError(t, err)
 	}
 }
+
+// with returns an instance on in's stores whose coordinator gets its shards
+// through wrap (a store instance whose coordinator a test kills).
+func (in *instance) with(wrap func([]twophase.Shard) []twophase.Shard) *instance {
+	coord, err := twophase.New(wrap(in.shards), in.c.router)
+	if err != nil {
+		panic(err) // shards and router are valid: in was made from them
+	}
+	return &instance{c: in.c, stores: in.stores, shards: in.shards, coord: coord}
+}

@@ -68,7 +68,7 @@ func TestCASOnRowLockedByUndecidedAggregate(t *testing.T) {
 	for _, k := range []int{0, 2} {
 		conformance.RequireSameRow(t, sc.before[sc.keys[k]], sc.raw(t, sc.keys[k]))
 	}
-	sc.fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 0, 0)
+	sc.fx.RequireUsage(conformance.NodeB, authority.CounterSpots, "", 0, 0)
 }
 
 // A coordinator killed right after its decision leaves the aggregate
@@ -153,7 +153,7 @@ func TestRemoveAllByOwnerOfLockedRows(t *testing.T) {
 	require.Equal(t, authority.KindAborted, abort.Kind)
 	require.Zero(t, sc.locks(t))
 	sc.fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", 0, 0)
-	sc.fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", 0, 0)
+	sc.fx.RequireUsage(conformance.NodeB, authority.CounterSpots, "", 0, 0)
 }
 
 // Another aggregate over a row an undecided aggregate locks: its commit
@@ -163,7 +163,7 @@ func TestAggregateOverLockedRow(t *testing.T) {
 	sc := newScenario(t, 3)
 	lockedBy(t, sc, killBefore, "Decide")
 	r1 := sc.keys[1]
-	second := conformance.AggregateRequest("agg-2", 1, conformance.TargetA, authority.CapacityVector{Actors: 1},
+	second := conformance.AggregateRequest("agg-2", 1, conformance.TargetA, conformance.Capacity(authority.ObjectUserSpot, conformance.DefaultStableType),
 		conformance.Participant(r1, sc.before[r1].StoreVersion, authority.TransitionNewOwner, []byte("second")),
 		conformance.Participant(sc.keys[2], sc.before[sc.keys[2]].StoreVersion, authority.TransitionPreserve, []byte("second")))
 	fence := sc.fx.MustPrepare(second)
@@ -179,4 +179,40 @@ func TestAggregateOverLockedRow(t *testing.T) {
 	require.Equal(t, authority.KindAborted, abort.Kind)
 	require.Zero(t, sc.locks(t))
 	require.Equal(t, sc.before[sc.keys[0]].Payload, sc.raw(t, sc.keys[0]).Payload)
+}
+
+// An owner the commit needs, not live in one participant shard (its lease
+// there lost), fails that shard's lock: the commit releases the other
+// shards' locks and is stale, the aggregate still prepared (its abort then
+// releases the target's capacity), as a commit in one store whose owner is
+// not live.
+func TestOwnerNotLiveInOneShard(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		owner authority.CreationTarget
+		shard int // the shard of the row whose needed owner dies there
+	}{
+		{"PreservedOwner", conformance.TargetA, 1},
+		{"Target", conformance.TargetB, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := newScenario(t, 3)
+			res, err := sc.prepare(t, sc.setup)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindPrepared, res.Kind)
+			require.Equal(t, tc.shard, sc.c.router.ShardOf(sc.keys[tc.shard]))
+			require.NoError(t, sc.setup.stores[tc.shard].MarkDead(ctx, tc.owner.Descriptor(), tc.owner.NodeLifecycleGeneration, tc.owner.Owner))
+			commit, err := sc.setup.coord.CommitAggregate(ctx, sc.req.Fence())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindStale, commit.Kind)
+			require.Equal(t, schema.AggregatePrepared, sc.record(t).State)
+			require.Zero(t, sc.locks(t), "the stale commit released every lock it took")
+			require.Zero(t, sc.applied(t))
+			abort, err := sc.setup.coord.AbortAggregate(ctx, sc.req.Fence())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAborted, abort.Kind)
+			sc.check(t, false)
+		})
+	}
 }

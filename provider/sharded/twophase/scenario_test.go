@@ -15,8 +15,9 @@ import (
 	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
-// scenario is one aggregate over rows in every shard, its record in the
-// last: row r0 moves from TargetA to TargetB (newOwner), the others stay
+// scenario is one aggregate over User Spot rows in every shard (Spots:
+// their creation takes no operation ID, so fixtures of one namespace do not
+// collide), its record in the last: row r0 moves from TargetA to TargetB (newOwner), the others stay
 // (preserve). setup is the instance that made the rows; it plays the other
 // store instance that finishes what a killed coordinator left.
 type scenario struct {
@@ -26,17 +27,28 @@ type scenario struct {
 	keys   []authority.Key
 	before map[authority.Key]*authority.Snapshot
 	req    authority.AggregatePrepareRequest
+	// the actor usage of NodeA and NodeB before the rows were made
+	usageA, usageB authority.CapacityUsage
 }
 
 func newScenario(t testing.TB, rows int) *scenario {
 	t.Helper()
 	h, c, in := newHarness(t, newRoundRobin(shardCount), false)
-	sc := &scenario{c: c, setup: in, fx: conformance.NewFixture(t, h), before: map[authority.Key]*authority.Snapshot{}}
+	return newScenarioIn(t, c, in, conformance.NewFixture(t, h), "agg", rows)
+}
+
+// newScenarioIn makes a scenario on c's namespaces (rows "<id>-r<i>",
+// aggregate id) with setup instance in and its fixture fx.
+func newScenarioIn(t testing.TB, c *cluster, in *instance, fx *conformance.Fixture, id string, rows int) *scenario {
+	t.Helper()
+	sc := &scenario{c: c, setup: in, fx: fx, before: map[authority.Key]*authority.Snapshot{}}
+	sc.usageA = fx.Usage(conformance.NodeA, conformance.NodeLifecycle, authority.CounterSpots, "")
+	sc.usageB = fx.Usage(conformance.NodeB, conformance.NodeLifecycle, authority.CounterSpots, "")
 	var parts []authority.AggregateParticipant
 	for i := range rows {
-		id := fmt.Sprintf("r%d", i)
-		snap := sc.fx.Active(authority.ObjectActor, id, conformance.TargetA)
-		key := sc.fx.Key(authority.ObjectActor, id)
+		id := fmt.Sprintf("%s-r%d", id, i)
+		snap := sc.fx.Active(authority.ObjectUserSpot, id, conformance.TargetA)
+		key := sc.fx.Key(authority.ObjectUserSpot, id)
 		sc.keys = append(sc.keys, key)
 		sc.before[key] = snap
 		transition := authority.TransitionPreserve
@@ -45,7 +57,7 @@ func newScenario(t testing.TB, rows int) *scenario {
 		}
 		parts = append(parts, conformance.Participant(key, snap.StoreVersion, transition, sc.payload(key)))
 	}
-	sc.req = conformance.AggregateRequest("agg", 1, conformance.TargetB, authority.CapacityVector{Actors: 1}, parts...)
+	sc.req = conformance.AggregateRequest(id, 1, conformance.TargetB, conformance.Capacity(authority.ObjectUserSpot, conformance.DefaultStableType), parts...)
 	return sc
 }
 
@@ -136,8 +148,8 @@ func (sc *scenario) check(t testing.TB, committed bool) (partial bool) {
 	if committed {
 		moved = 1
 	}
-	sc.fx.RequireUsage(conformance.NodeB, authority.ObjectActor, "", moved, 0)
-	sc.fx.RequireUsage(conformance.NodeA, authority.ObjectActor, "", int64(len(sc.keys))-moved, 0)
+	sc.fx.RequireUsage(conformance.NodeB, authority.CounterSpots, "", sc.usageB.Active+moved, 0)
+	sc.fx.RequireUsage(conformance.NodeA, authority.CounterSpots, "", sc.usageA.Active+int64(len(sc.keys))-moved, 0)
 	return partial
 }
 
