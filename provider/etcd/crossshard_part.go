@@ -10,6 +10,7 @@ import (
 
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 )
 
 // The participant side of a cross-shard aggregate (see CrossShard): the
@@ -120,7 +121,9 @@ func (s *Store) lockAt(got txnkit.Reads, key authority.Key) (*RowLock, error) {
 
 // CheckParticipants reads the rows at keys, and the liveness of their
 // owners on their nodes, for a cross-shard prepare (PrepareCrossShard in
-// the coordinator shard judges them).
+// the coordinator shard judges them). A store whose namespace is not at
+// storeversion.RowLocks refuses (ErrNotFinalized): the commit could not
+// lock its rows.
 func (c CrossShard) CheckParticipants(ctx context.Context, keys []authority.Key) ([]ParticipantCheck, error) {
 	s := c.s
 	for _, k := range keys {
@@ -130,6 +133,9 @@ func (c CrossShard) CheckParticipants(ctx context.Context, keys []authority.Key)
 	}
 	if err := s.begin(ctx); err != nil {
 		return nil, err
+	}
+	if !s.atLeast(storeversion.RowLocks) {
+		return nil, s.notFinalized("a cross-shard aggregate")
 	}
 	gets := make([]clientv3.Op, len(keys))
 	for i, k := range keys {

@@ -13,6 +13,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
@@ -164,4 +166,16 @@ func (in *instance) with(wrap func([]twophase.Shard) []twophase.Shard) *instance
 		panic(err) // shards and router are valid: in was made from them
 	}
 	return &instance{c: in.c, stores: in.stores, shards: in.shards, coord: coord}
+}
+
+// instanceAt opens an instance whose store of shard i works at version v:
+// the namespace is set back to v first (as a namespace never finalized past
+// it), and the instance's stores follow it.
+func (c *cluster) instanceAt(t testing.TB, i int, v storeversion.Version) *instance {
+	t.Helper()
+	_, err := shared[i].Put(context.Background(), schema.NewLayout(c.namespaces[i]).ActiveVersion(), schema.EncodeActiveVersion(v))
+	require.NoError(t, err)
+	in := c.instance(t, nil)
+	require.Equal(t, v, in.stores[i].ActiveVersion())
+	return in
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 )
 
 // lockedBy prepares sc's aggregate and commits it through an instance
@@ -215,4 +216,28 @@ func TestOwnerNotLiveInOneShard(t *testing.T) {
 			sc.check(t, false)
 		})
 	}
+}
+
+// A cross-shard aggregate needs every shard it touches finalized to
+// storeversion.RowLocks: with one participant shard at the version before,
+// the prepare is refused (ErrNotFinalized, also ErrInvalidArgument) and
+// writes nothing.
+func TestCrossShardPrepareNeedsEveryShardFinalized(t *testing.T) {
+	ctx := context.Background()
+	h, c, in := newHarness(t, newRoundRobin(shardCount), false)
+	fx := conformance.NewFixture(t, h)
+	old := c.instanceAt(t, 1, storeversion.CompactFormat)
+	a1 := fx.Active(authority.ObjectUserSpot, "a1", conformance.TargetA)
+	b1 := fx.Active(authority.ObjectUserSpot, "b1", conformance.TargetA)
+	req := conformance.AggregateRequest("agg", 1, conformance.TargetB, conformance.Capacity(authority.ObjectUserSpot, conformance.DefaultStableType),
+		conformance.Participant(fx.Key(authority.ObjectUserSpot, "a1"), a1.StoreVersion, authority.TransitionNewOwner, nil),
+		conformance.Participant(fx.Key(authority.ObjectUserSpot, "b1"), b1.StoreVersion, authority.TransitionPreserve, nil))
+	before := fx.State()
+	_, err := old.coord.PrepareAggregate(ctx, req)
+	require.ErrorIs(t, err, etcdstore.ErrNotFinalized)
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	fx.RequireState(before)
+	rec, err := in.shards[c.router.CoordinatorOf("agg")].ReadRecord(ctx, req.Fence())
+	require.NoError(t, err)
+	require.Nil(t, rec)
 }
