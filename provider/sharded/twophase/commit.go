@@ -170,7 +170,7 @@ func (c *Coordinator) lockAll(ctx context.Context, cs Shard, rec *etcd.CrossReco
 		for _, i := range pending {
 			switch r := results[i]; r.Kind {
 			case etcd.LockStale:
-				return &stale, nil, nil
+				return c.staleShard(ctx, cs, rec)
 			case etcd.LockBlocked:
 				blockers = append(blockers, r.Locks...)
 			default:
@@ -185,6 +185,21 @@ func (c *Coordinator) lockAll(ctx context.Context, cs Shard, rec *etcd.CrossReco
 		}
 	}
 	return nil, nil, authority.Wrap(authority.ErrUnavailable, "commitAggregate gave up: its rows kept being locked by others", nil)
+}
+
+// staleShard answers a commit that found a shard stale: the record decides
+// first (another commit of the aggregate may have committed it, changing its
+// rows: then the attempt starts again from the record, and finishes it),
+// else stale.
+func (c *Coordinator) staleShard(ctx context.Context, cs Shard, rec *etcd.CrossRecord) (*authority.CommitAggregateResult, *etcd.CrossRecord, error) {
+	now, err := cs.ReadRecord(ctx, rec.Fence())
+	if err != nil {
+		return nil, nil, notDecided(rec, err)
+	}
+	if now != nil && now.Incarnation == rec.Incarnation && now.State != schema.AggregatePrepared {
+		return nil, now, nil
+	}
+	return &stale, nil, nil
 }
 
 // notDecided is the error of a commit that failed before its decision: the

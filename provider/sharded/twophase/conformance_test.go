@@ -76,7 +76,7 @@ func spreadRevisions(t testing.TB, c *cluster) {
 }
 
 // TestAggregateConformanceAcrossShards runs the conformance suite's
-// aggregate areas on three clusters, each fixture's first rows in two
+// aggregate areas (and the areas with aggregates in them) on three clusters, each fixture's first rows in two
 // shards and the aggregate's record in the third: every aggregate with
 // rows in two shards goes through the two-phase protocol and must answer as
 // a store of one cluster does.
@@ -86,6 +86,13 @@ func TestAggregateConformanceAcrossShards(t *testing.T) {
 	t.Run("AggregateCommit", func(t *testing.T) { conformance.RunTestAggregateCommit(t.Context(), t, f) })
 	t.Run("AggregateAbort", func(t *testing.T) { conformance.RunTestAggregateAbort(t.Context(), t, f) })
 	t.Run("AggregatePolicy", func(t *testing.T) { conformance.RunTestAggregatePolicy(t.Context(), t, f) })
+	// the other areas with aggregates in them (their other subtests run
+	// through the harness's store: single-row operations in one shard)
+	t.Run("Concurrency", func(t *testing.T) { conformance.RunTestConcurrency(t.Context(), t, f) })
+	t.Run("OwnershipToken", func(t *testing.T) { conformance.RunTestOwnershipToken(t.Context(), t, f) })
+	t.Run("Retention", func(t *testing.T) { conformance.RunTestRetention(t.Context(), t, f) })
+	t.Run("RemoveAllByOwner", func(t *testing.T) { conformance.RunTestRemoveAllByOwner(t.Context(), t, f) })
+	t.Run("Context", func(t *testing.T) { conformance.RunTestContext(t.Context(), t, f) })
 }
 
 // TestAggregateConformanceOneShard runs the same areas with every row and
