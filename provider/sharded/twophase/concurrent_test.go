@@ -20,12 +20,14 @@ const concurrentTrials = 200
 
 // TestConcurrentCommitsWritersAndKills runs, for each trial, a prepared
 // aggregate over three shards through two coordinators at once — one
-// killed at a random step in a random way, or not at all — beside a writer
+// killed at a random step in a random way, or not at all; the other commits
+// or, one time in four, aborts — beside a writer
 // of one participant (a CAS at its version before the aggregate) and a
 // reader of another. Settled, each trial is all or nothing and every answer
 // agrees with the outcome: a commit that answered committed, a write that
 // found a conflict, a read that saw the aggregate's payload all mean
-// committed; a write that stored means not committed.
+// committed; a write that stored, an abort that answered aborted mean not
+// committed.
 func TestConcurrentCommitsWritersAndKills(t *testing.T) {
 	b := newBench(t)
 	seed := uint64(time.Now().UnixNano())
@@ -40,8 +42,9 @@ func TestConcurrentCommitsWritersAndKills(t *testing.T) {
 			delays[j] = time.Duration(rng.IntN(4000)) * time.Microsecond
 		}
 		w, r := rng.IntN(3), rng.IntN(3)
+		abort := rng.IntN(4) == 0 // the second coordinator aborts instead
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			if b.concurrentTrial(t, mode, at, delays, w, r, &y) {
+			if b.concurrentTrial(t, mode, at, delays, w, r, abort, &y) {
 				unavailable++
 			}
 		})
@@ -50,12 +53,13 @@ func TestConcurrentCommitsWritersAndKills(t *testing.T) {
 		}
 	}
 	require.Zero(t, y.partial)
-	fmt.Printf("aggregate-2pc-concurrent: %s gave-up=%d\n", &y, unavailable)
+	fmt.Printf("aggregate-2pc-concurrent: trials=%d partial=%d committed=%d not-committed=%d killed=%d gave-up=%d\n",
+		y.trials, y.partial, y.committed, y.aborted, y.killed, unavailable)
 }
 
 // concurrentTrial is one trial of TestConcurrentCommitsWritersAndKills; it
 // reports whether the unkilled coordinator gave up (ErrUnavailable).
-func (b *bench) concurrentTrial(t *testing.T, mode killMode, at int, delays [3]time.Duration, w, r int, y *tally) bool {
+func (b *bench) concurrentTrial(t *testing.T, mode killMode, at int, delays [3]time.Duration, w, r int, abort bool, y *tally) bool {
 	ctx := context.Background()
 	sc := b.scenario(t)
 	res, err := sc.prepare(t, sc.setup)
@@ -74,7 +78,14 @@ func (b *bench) concurrentTrial(t *testing.T, mode killMode, at int, delays [3]t
 	)
 	after := func(d time.Duration, fn func()) { wg.Go(func() { time.Sleep(d); fn() }) }
 	after(0, func() { aRes, aErr = a.coord.CommitAggregate(ctx, sc.req.Fence()) })
-	after(delays[0], func() { bRes, bErr = sc.setup.coord.CommitAggregate(ctx, sc.req.Fence()) })
+	var abRes authority.AbortAggregateResult
+	after(delays[0], func() {
+		if abort {
+			abRes, bErr = sc.setup.coord.AbortAggregate(ctx, sc.req.Fence())
+			return
+		}
+		bRes, bErr = sc.setup.coord.CommitAggregate(ctx, sc.req.Fence())
+	})
 	after(delays[1], func() {
 		wRes, wErr = sc.store().CompareExchangeAuthority(ctx, write, sc.before[write].StoreVersion, authority.Put([]byte("writer")))
 	})
@@ -97,6 +108,9 @@ func (b *bench) concurrentTrial(t *testing.T, mode killMode, at int, delays [3]t
 		if c.err == nil && (c.res.Kind == authority.KindCommitted || c.res.Kind == authority.KindAlreadyCommitted) {
 			require.True(t, committed, "a commit answered %s", c.res.Kind)
 		}
+	}
+	if bErr == nil && (abRes.Kind == authority.KindAborted || abRes.Kind == authority.KindAlreadyAborted) {
+		require.False(t, committed, "an abort answered %s", abRes.Kind)
 	}
 	require.Equal(t, committed, wRes.Kind == authority.KindConflict, "the write answered %s", wRes.Kind)
 	if string(rRes.Snapshot.Payload) == string(sc.payload(read)) {
