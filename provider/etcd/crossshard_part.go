@@ -21,7 +21,9 @@ import (
 // ID (32 lowercase hex digits) and the record revision the attempt started
 // from.
 type LockAttempt struct {
-	ID   string
+	// ID is the attempt's random ID.
+	ID string
+	// Base is the record's revision when the attempt started.
 	Base int64
 }
 
@@ -44,6 +46,7 @@ const (
 
 // LockResult is the outcome of LockParticipants.
 type LockResult struct {
+	// Kind is the outcome.
 	Kind LockKind
 	// Locks are the attempt's locks (LockHeld) or the locks in the way
 	// (LockBlocked).
@@ -56,10 +59,14 @@ type LockResult struct {
 // Incarnation, and of the attempt ID Attempt unless it is empty, and only
 // the one at Revision unless it is 0.
 type LockSelector struct {
-	Fence       authority.Fence
+	// Fence is the aggregate's.
+	Fence authority.Fence
+	// Incarnation is the record's incarnation ("": any).
 	Incarnation string
-	Attempt     string
-	Revision    int64
+	// Attempt is the attempt's ID ("": any).
+	Attempt string
+	// Revision is the one lock's ModRevision (0: any).
+	Revision int64
 }
 
 func (sel LockSelector) matches(l schema.RowLock, rev int64) bool {

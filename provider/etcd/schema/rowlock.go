@@ -88,8 +88,10 @@ func idText(s string) bool {
 // the shard applied, and the ownership tokens its newOwner rows got (0: the
 // marker's ModRevision, the revision of the Txn that applied the part).
 type AggregatePart struct {
+	// Incarnation is the applied record's.
 	Incarnation string
-	Tokens      map[authority.Key]int64
+	// Tokens are the newOwner rows' ownership tokens, by key.
+	Tokens map[authority.Key]int64
 }
 
 // aggregatePartWire is a part marker as stored (one JSON object).
