@@ -277,11 +277,11 @@ func (c *Coordinator) finishCommitted(ctx context.Context, cs Shard, rec *etcd.C
 }
 
 // finishAborted releases the aborted rec's locks in every shard and
-// finishes it.
+// finishes it. It releases them even when rec is finished: a commit attempt
+// whose lock Txn was in flight when the abort released the shards can land
+// its locks after (the rows unchanged, its compares hold), and they must
+// not wait for the record to expire.
 func (c *Coordinator) finishAborted(ctx context.Context, cs Shard, rec *etcd.CrossRecord) error {
-	if rec.Finished {
-		return nil
-	}
 	by, order, err := c.groups(&rec.Request)
 	if err != nil {
 		return err
@@ -291,7 +291,7 @@ func (c *Coordinator) finishAborted(ctx context.Context, cs Shard, rec *etcd.Cro
 		_, err := c.shards[i].ReleaseLocks(ctx, by[i], sel)
 		return err
 	})
-	if err != nil {
+	if err != nil || rec.Finished {
 		return err
 	}
 	_, err = cs.Finish(ctx, rec)

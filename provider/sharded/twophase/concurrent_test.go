@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +33,12 @@ const concurrentTrials = 200
 func TestConcurrentCommitsWritersAndKills(t *testing.T) {
 	b := newBench(t)
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if v := os.Getenv("TWOPHASE_SEED"); v != "" { // to run a failed trial again
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+		seed = n
+	}
+	t.Logf("seed %d (TWOPHASE_SEED runs it again)", seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>7))
 	var y tally
 	unavailable := 0

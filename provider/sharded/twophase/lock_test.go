@@ -241,3 +241,48 @@ func TestCrossShardPrepareNeedsEveryShardFinalized(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, rec)
 }
+
+// A commit attempt's lock Txn in flight while an abort releases the shards
+// can land after it: the rows are unchanged, so its compares hold. Such a
+// lock of an aborted aggregate does not block its row until the record
+// expires: a writer that meets it releases it (the record says aborted),
+// and so does an abort or a commit of the fence, answered as before.
+func TestLateLockAfterAbort(t *testing.T) {
+	ctx := context.Background()
+	for _, then := range []string{"write", "abort", "commit"} {
+		t.Run(then, func(t *testing.T) {
+			sc := newScenario(t, 3)
+			res, err := sc.prepare(t, sc.setup)
+			require.NoError(t, err)
+			require.Equal(t, authority.KindPrepared, res.Kind)
+			prepared := sc.record(t)
+			abort, err := sc.setup.coord.AbortAggregate(ctx, sc.req.Fence())
+			require.NoError(t, err)
+			require.Equal(t, authority.KindAborted, abort.Kind)
+			require.True(t, sc.record(t).Finished)
+
+			r1 := sc.keys[1]
+			late, err := sc.setup.shards[sc.c.router.ShardOf(r1)].LockParticipants(ctx, prepared, []authority.Key{r1},
+				etcdstore.LockAttempt{ID: "0123456789abcdef0123456789abcdef", Base: prepared.Revision})
+			require.NoError(t, err)
+			require.Equal(t, etcdstore.LockHeld, late.Kind)
+			require.Equal(t, 1, sc.locks(t))
+
+			switch then {
+			case "write":
+				cas, err := sc.store().CompareExchangeAuthority(ctx, r1, sc.before[r1].StoreVersion, authority.Put([]byte("writer")))
+				require.NoError(t, err)
+				require.Equal(t, authority.KindStored, cas.Kind)
+			case "abort":
+				again, err := sc.setup.coord.AbortAggregate(ctx, sc.req.Fence())
+				require.NoError(t, err)
+				require.Equal(t, authority.KindAlreadyAborted, again.Kind)
+			default:
+				commit, err := sc.setup.coord.CommitAggregate(ctx, sc.req.Fence())
+				require.NoError(t, err)
+				require.Equal(t, authority.KindStale, commit.Kind)
+			}
+			require.Zero(t, sc.locks(t))
+		})
+	}
+}
