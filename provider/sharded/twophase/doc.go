@@ -5,8 +5,26 @@
 //
 // A sharded store (package provider/sharded) builds one Coordinator over its
 // shards and a Router, and calls it for PrepareAggregate, CommitAggregate and
-// AbortAggregate, for ReadAuthority, and around every other write of a row
-// (Retry), which may find the row locked.
+// AbortAggregate, for ReadAuthority, and around every other write of an
+// existing row (Retry), which may find the row locked:
+//
+//	shards := []twophase.Shard{twophase.EtcdShard(s0), twophase.EtcdShard(s1), …}
+//	coord, err := twophase.New(shards, router) // router: ShardOf(key), CoordinatorOf(aggregateID)
+//
+//	PrepareAggregate(ctx, req)    → coord.PrepareAggregate(ctx, req)
+//	CommitAggregate(ctx, fence)   → coord.CommitAggregate(ctx, fence)
+//	AbortAggregate(ctx, fence)    → coord.AbortAggregate(ctx, fence)
+//	ReadAuthority(ctx, key)       → coord.ReadAuthority(ctx, key)
+//	CompareExchangeAuthority(…)   → coord.Retry(ctx, func(ctx context.Context) error {
+//	                                    res, err = shardOf(key).CompareExchangeAuthority(ctx, key, v, m); return err })
+//	RemoveAllByOwner(ctx, owner)  → per shard: coord.Retry(ctx, func(ctx context.Context) error {
+//	                                    n, err := shard.RemoveAllByOwner(ctx, owner); total += n; return err })
+//	OwnerLease.RebindRows(ctx, f) → per shard, the same with that shard's lease
+//
+// Reserve, Commit, Abort and CompleteCreation of a reservation need no Retry:
+// a reserved or absent row is never locked. Every shard's namespace must be
+// finalized to storeversion.RowLocks (etcd.ErrNotFinalized otherwise, at the
+// prepare, nothing written). A store of one cluster never needs this package.
 //
 // # The protocol
 //
