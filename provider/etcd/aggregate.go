@@ -65,6 +65,15 @@ type aggregatePrepare struct {
 	target          authority.PlacementAllocation
 	aggKey, liveKey string
 	fullRange       bool // read the target's capacity range, watched or not
+	// a cross-shard prepare (crossshard.go): the participants other shards
+	// checked, and the record's incarnation ("" for a prepare of one store)
+	foreign map[authority.Key]*ParticipantCheck
+	inc     string
+}
+
+// record is the prepared record p writes.
+func (p *aggregatePrepare) record() *schema.AggregateRecord {
+	return &schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone(), Incarnation: p.inc}
 }
 
 // preparedTxn is an attempt's Txn and what its failure is judged by.
@@ -83,9 +92,11 @@ func (p *aggregatePrepare) conflict() *authority.PrepareAggregateResult {
 func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggregateResult, error) {
 	s := p.s
 	policy := s.capacityPolicy()
-	gets := make([]clientv3.Op, len(p.req.Participants))
-	for i, part := range p.req.Participants {
-		gets[i] = opGet(s.keys.Row(part.AuthorityKey))
+	gets := make([]clientv3.Op, 0, len(p.req.Participants))
+	for _, part := range p.req.Participants {
+		if p.foreign[part.AuthorityKey] == nil {
+			gets = append(gets, opGet(s.keys.Row(part.AuthorityKey)))
+		}
 	}
 	first := []clientv3.Op{opGet(p.aggKey), opGet(p.liveKey)}
 	var ur usageRead
@@ -161,8 +172,21 @@ func (p *aggregatePrepare) recordDecides(got txnkit.Reads, pt *preparedTxn) (*au
 func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
 	s, t := p.s, pt.t
 	source := authority.CapacityVector{}
+	var err error
 	left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
 	for _, part := range p.req.Participants {
+		if f := p.foreign[part.AuthorityKey]; f != nil {
+			// checked in its own shard (its own read, not fenced here)
+			if !f.matches(part) {
+				return p.conflict(), nil
+			}
+			if part.OwnerTransition == authority.TransitionNewOwner {
+				if source, err = authority.AddCapacity(source, f.Row.Allocation.Capacity); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
 		r, err := s.rowIn(got, part.AuthorityKey)
 		if err != nil {
 			return nil, err
@@ -198,7 +222,12 @@ func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*
 	if !source.Equal(p.req.Capacity) {
 		return p.conflict(), nil
 	}
-	t.Put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
+	if p.inc != "" {
+		if err := s.rowLocksFence(t, "a cross-shard aggregate"); err != nil {
+			return nil, err
+		}
+	}
+	t.Put(p.aggKey, p.record().Encode())
 	reserved := p.target
 	reserved.State = authority.AllocationReserved
 	t.Put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, p.req.Capacity))
@@ -214,7 +243,7 @@ func (p *aggregatePrepare) send(ctx context.Context, pt preparedTxn) (*authority
 		return nil, err
 	}
 	if tresp.Succeeded {
-		s.aggs.Put(p.aggKey, knownAggregate{&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
+		s.aggs.Put(p.aggKey, knownAggregate{p.record(), tresp.Header.Revision}, true)
 		return &authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: p.fence}, nil
 	}
 	failed := txnkit.ReadsOf(tresp)
@@ -279,6 +308,7 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 		// the commit rewrites the row with its payload, and its capacity
 		// entry and owner index; the prepare compares the row
 		commit.Bytes += len(s.keys.Row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.Namespace())+len(p.AuthorityKey)+200)
+		commit.Bytes += 2 * (len(s.keys.RowLock(p.AuthorityKey)) + txnkit.OpOverhead) // its row lock's compare and read
 		prepare.Bytes += len(s.keys.Row(p.AuthorityKey)) + 2*txnkit.OpOverhead
 	}
 	// the prepare puts the prepared record, which holds every payload and
@@ -290,10 +320,11 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 	key := len(s.keys.Aggregate(fence)) + txnkit.OpOverhead
 	prepare.Bytes += key + len(prepared.Encode())
 	commit.Bytes += key + len(finished.Encode())
-	// compares: a row and at most one owner liveness per participant, the
-	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
-	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
-	prepareOps := 2*n + 2 + s.fenceCmps()
+	// compares: a row, its row lock and at most one owner liveness per
+	// participant, the record and the target's liveness; ops: see
+	// aggregateOpsPerParticipant.
+	commitOps := max(3*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
+	prepareOps := 2*n + 3 + s.fenceCmps()
 	for _, c := range []struct {
 		t   *txnkit.Txn
 		ops int
@@ -420,6 +451,9 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 	case schema.AggregateCommitted:
 		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
 	case schema.AggregatePrepared:
+		if err := crossShardOnly(rec); err != nil {
+			return authority.CommitAggregateResult{}, err
+		}
 	default:
 		return stale, nil
 	}
@@ -521,24 +555,35 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 		if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != p.ExpectedStoreVersion {
 			return nil, nil
 		}
-		rowKey := s.keys.Row(p.AuthorityKey)
-		t.Cmp(modRevIs(rowKey, r.ModRev))
-		n := r.Next(0)
-		n.Payload = append([]byte(nil), p.AuthorityPayload...)
-		next[i] = n
+		t.Cmp(modRevIs(s.keys.Row(p.AuthorityKey), r.ModRev))
+		s.lockFree(t, p.AuthorityKey)
 		if p.OwnerTransition != authority.TransitionNewOwner {
 			live(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
-			t.Put(rowKey, s.rowValue(t, n))
-			continue
+		} else {
+			live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
 		}
-		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
-		s.moveToTarget(t, req, rowKey, r, n)
+		next[i] = s.rewriteParticipant(t, req, p, r)
 	}
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
 	t.Del(s.keys.CapacityAggregate(reserved, req.Fence()))
 	s.touchCapacity(t, reserved)
 	return t, next
+}
+
+// rewriteParticipant adds to t the commit's writes of participant p, whose
+// row is r: the row with p's payload, and for a newOwner participant its
+// move to req's target (moveToTarget). It returns the row as written.
+func (s *Store) rewriteParticipant(t *txnkit.Txn, req *authority.AggregatePrepareRequest, p authority.AggregateParticipant, r *schema.Row) *schema.Row {
+	rowKey := s.keys.Row(p.AuthorityKey)
+	n := r.Next(0)
+	n.Payload = append([]byte(nil), p.AuthorityPayload...)
+	if p.OwnerTransition != authority.TransitionNewOwner {
+		t.Put(rowKey, s.rowValue(t, n))
+		return n
+	}
+	s.moveToTarget(t, req, rowKey, r, n)
+	return n
 }
 
 // moveToTarget writes n, the row r at rowKey moved to req's target owner and node: the
@@ -610,6 +655,9 @@ func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *
 	case schema.AggregateAborted:
 		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
 	case schema.AggregatePrepared:
+		if err := crossShardOnly(rec); err != nil {
+			return authority.AbortAggregateResult{}, err
+		}
 	default:
 		return stale, nil
 	}

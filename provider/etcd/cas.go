@@ -39,6 +39,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	t := &txnkit.Txn{}
 	t.Cmp(modRevIs(rowKey, cur.ModRev))
 	t.OrGet(rowKey)
+	s.lockFree(t, key)
 	next := cur.Next(0)
 	switch m.Kind {
 	case authority.MutationDelete:

@@ -28,6 +28,11 @@
 //	                                                failed, aborted), on a bucketed lease
 //	ns/terminals/<operation key>                    creation terminal, on a bucketed lease
 //	ns/aggregates/<esc aggregate ID>/<generation>   aggregate record (prepared, committed, aborted)
+//	ns/row-locks/<authority key>                    a cross-shard aggregate's lock on a row (its fence, incarnation,
+//	                                                commit attempt and base); every write of an existing row compares
+//	                                                it absent (storeversion.RowLocks)
+//	ns/aggregate-parts/<esc aggregate ID>/<generation>  a shard's part of a cross-shard aggregate applied (its
+//	                                                incarnation and newOwner tokens), on a bucketed lease
 //	ns/blobs/<uuid>                                 relocation blob, on a bucketed lease
 //	ns/store-version/active                         the namespace's active store version (absent:
 //	                                                storeversion.Base); Store.Finalize raises it

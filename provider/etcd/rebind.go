@@ -234,7 +234,8 @@ func (rb *rebinder) build(pending []*rebindRow) (t *txnkit.Txn, n int) {
 		value := s.rowValue(t, next)
 		oldIdx, newIdx := s.keys.OwnerRow(rb.from, p.key), s.keys.OwnerRow(to, p.key)
 		live := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to)
-		cmps, els, bytes := 1, 1, 3*len(rowKey)+len(value)+len(oldIdx)+len(newIdx)+6*txnkit.OpOverhead
+		lockKey := s.keys.RowLock(p.key)
+		cmps, els, bytes := 2, 2, 3*len(rowKey)+2*len(lockKey)+len(value)+len(oldIdx)+len(newIdx)+8*txnkit.OpOverhead
 		if !lives[live] {
 			cmps, els, bytes = cmps+1, els+1, bytes+2*(len(live)+txnkit.OpOverhead)
 		}
@@ -243,6 +244,7 @@ func (rb *rebinder) build(pending []*rebindRow) (t *txnkit.Txn, n int) {
 		}
 		t.Cmp(modRevIs(rowKey, r.ModRev))
 		t.OrGet(rowKey)
+		s.lockFree(t, p.key)
 		if !lives[live] {
 			lives[live] = true
 			t.Cmp(s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to))

@@ -104,8 +104,9 @@ func (s *Store) removeIndexed(ctx context.Context, owner authority.OwnerToken, k
 
 // buildOwnerRemoval builds the Txn that removes owner's rows at keys, as
 // read in got: each row, its capacity entry and its owner index entry,
-// fenced by the row's ModRevision (a stale index entry is dropped, fenced
-// the same way). n is how many rows it removes.
+// fenced by the row's ModRevision and its row lock's absence (a stale index
+// entry is dropped, fenced on the row's ModRevision). n is how many rows it
+// removes.
 func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.Key, got txnkit.Reads) (t *txnkit.Txn, n int64, err error) {
 	t = &txnkit.Txn{}
 	for _, key := range keys {
@@ -125,6 +126,7 @@ func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.K
 			continue
 		}
 		t.Cmp(modRevIs(rowKey, r.ModRev))
+		s.lockFree(t, key)
 		t.Del(rowKey)
 		t.Del(s.keys.CapacityRow(r.Alloc, key))
 		s.touchCapacity(t, r.Alloc)

@@ -53,10 +53,17 @@ const (
 	// slice in this shard (BudgetSlice set) or its ledger (BudgetLedger
 	// set).
 	EntryEscrow
+	// EntryRowLock is a cross-shard aggregate's lock on a row (Key, and
+	// RowLock its value).
+	EntryRowLock
+	// EntryAggregatePart is the marker of a cross-shard aggregate's part
+	// applied in this shard (Fence, and Part its value).
+	EntryAggregatePart
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version", "capacity escrow"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version",
+	"capacity escrow", "row lock", "aggregate part"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -81,6 +88,8 @@ var segments = map[EntryKind]string{
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 	EntryStoreVersion:    SegStoreVersion + "/",
 	EntryEscrow:          SegEscrow + "/",
+	EntryRowLock:         SegRowLocks + "/",
+	EntryAggregatePart:   SegAggregateParts + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -154,6 +163,10 @@ type Entry struct {
 	// BudgetSlice and BudgetLedger are a capacity escrow key's value.
 	BudgetSlice  *BudgetSlice
 	BudgetLedger *BudgetLedger
+	// RowLock is a row lock's value.
+	RowLock *RowLock
+	// Part is a part marker's value.
+	Part *AggregatePart
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a
@@ -284,6 +297,14 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeStoreVersion(namespace, kv)
 	case EntryEscrow:
 		err = e.decodeEscrow(rest, kv)
+	case EntryRowLock:
+		e.Key = authority.Key(rest)
+		var l RowLock
+		if l, err = DecodeRowLock(kv); err == nil {
+			e.RowLock = &l
+		}
+	case EntryAggregatePart:
+		err = e.decodeAggregatePart(rest, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		expires, data, berr := DecodeBlob(kv)
@@ -434,5 +455,23 @@ func (e *Entry) decodeAggregate(rest string, kv *mvccpb.KeyValue) error {
 		return err
 	}
 	e.Aggregate = rec
+	return nil
+}
+
+// decodeAggregatePart decodes aggregate-parts/<esc id>/<gen>.
+func (e *Entry) decodeAggregatePart(rest string, kv *mvccpb.KeyValue) error {
+	id, gen, ok := strings.Cut(rest, "/")
+	if !ok {
+		return errBadKey
+	}
+	var err error
+	if e.Fence, err = parseFence(id, gen); err != nil {
+		return err
+	}
+	p, err := DecodeAggregatePart(kv)
+	if err != nil {
+		return err
+	}
+	e.Part = &p
 	return nil
 }

@@ -70,6 +70,17 @@ func goldenAggregate(state string) *AggregateRecord {
 	return rec
 }
 
+// goldenCrossShard is goldenAggregate(state) as a cross-shard record.
+func goldenCrossShard(state string) *AggregateRecord {
+	rec := goldenAggregate(state)
+	rec.Incarnation = "0123456789abcdef"
+	return rec
+}
+
+func goldenRowLock() RowLock {
+	return RowLock{Fence: authority.Fence{AggregateID: "move-1", AggregateGeneration: 2}, Incarnation: "0123456789abcdef", Attempt: "fedcba9876543210", Base: 17}
+}
+
 // goldenValues are every kind of value the store writes, from fixed inputs.
 func goldenValues() map[string]string {
 	return map[string]string{
@@ -89,6 +100,10 @@ func goldenValues() map[string]string {
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),
 		"capacity-entry.v2-compact": EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
+		// cross-shard aggregates (storeversion.RowLocks)
+		"aggregate-prepared.v4-cross-shard": goldenCrossShard(AggregatePrepared).Encode(),
+		"row-lock":                          goldenRowLock().Encode(),
+		"aggregate-part":                    AggregatePart{Incarnation: "0123456789abcdef", Tokens: map[authority.Key]int64{"actor/a1": 0}}.Encode(),
 	}
 }
 
@@ -122,6 +137,15 @@ func TestStoredFormatGolden(t *testing.T) {
 	agg, err := DecodeAggregate(kv(v["aggregate-committed"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenAggregate(AggregateCommitted), agg)
+	cross, err := DecodeAggregate(kv(v["aggregate-prepared.v4-cross-shard"]))
+	require.NoError(t, err)
+	require.Equal(t, goldenCrossShard(AggregatePrepared), cross)
+	lock, err := DecodeRowLock(kv(v["row-lock"]))
+	require.NoError(t, err)
+	require.Equal(t, goldenRowLock(), lock)
+	part, err := DecodeAggregatePart(kv(v["aggregate-part"]))
+	require.NoError(t, err)
+	require.Equal(t, map[authority.Key]int64{"actor/a1": 12}, part.Tokens, "token 0 reads as the marker's ModRevision")
 	expires, data, err := DecodeBlob(kv(v["blob"]))
 	require.NoError(t, err)
 	require.True(t, expires.Equal(goldenTime))

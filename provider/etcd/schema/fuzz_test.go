@@ -195,6 +195,11 @@ func FuzzDecodeRecords(f *testing.F) {
 		Participants: []authority.AggregateParticipant{{AuthorityKey: "actor/a1", ExpectedStoreVersion: "7", OwnerTransition: authority.TransitionNewOwner, AuthorityPayload: []byte("p")}},
 	}}
 	f.Add([]byte(agg.Encode()))
+	cross := *agg
+	cross.Incarnation = "0123456789abcdef0123456789abcdef"
+	f.Add([]byte(cross.Encode()))
+	f.Add([]byte(RowLock{Fence: authority.Fence{AggregateID: "agg-1", AggregateGeneration: 1}, Incarnation: "0a", Attempt: "0b", Base: 3}.Encode()))
+	f.Add([]byte(AggregatePart{Incarnation: "0a", Tokens: map[authority.Key]int64{"actor/a1": 0, "actor/b1": 9}}.Encode()))
 	f.Add([]byte(`{"e":"2030-01-02T03:04:05+01:00","now":"0001-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"e":"not a time"}`))
 	f.Add([]byte{0x0f, 0xff, 0x81, 0x03, 0x01, 0x01})
@@ -224,6 +229,18 @@ func FuzzDecodeRecords(f *testing.F) {
 			if err != nil || EncodeTerminal(again) != enc {
 				t.Fatalf("terminal %q re-encodes to %q, then %v", value, enc, err)
 			}
+		}
+
+		if l, err := DecodeRowLock(kv(value)); err != nil {
+			requireCorrupt(t, "decodeRowLock", err)
+		} else if again, err := DecodeRowLock(kv([]byte(l.Encode()))); err != nil || again != l {
+			t.Fatalf("row lock %q re-decodes to %+v, %v", value, again, err)
+		}
+
+		if p, err := DecodeAggregatePart(kv(value)); err != nil {
+			requireCorrupt(t, "decodeAggregatePart", err)
+		} else if again, err := DecodeAggregatePart(kv([]byte(p.Encode()))); err != nil || again.Encode() != p.Encode() {
+			t.Fatalf("part marker %q re-encodes to %q, then %v", value, p.Encode(), err)
 		}
 
 		if len(value) > 1<<16 {

@@ -57,11 +57,22 @@ const (
 	// and every Txn that writes it compares the active version (fence).
 	CompactFormat Version = 3
 
+	// RowLocks (a fence rule and new stored kinds): every write of an
+	// existing row also compares that the row has no row lock (the key
+	// schema.Layout.RowLock, absent), which a cross-shard aggregate's
+	// commit holds on its participants between its lock and its apply
+	// (package provider/sharded/twophase; docs/scale.md, "Aggregates
+	// across shards"). A build before it writes rows without that compare,
+	// so row locks, cross-shard aggregate records (field "i") and part
+	// markers are written only once the namespace is finalized here, and
+	// every Txn that writes a row lock compares the active version.
+	RowLocks Version = 4
+
 	// NextPretend is a change that exists only in test builds (build tag
 	// authority_next): a row field (schema's rowNext, "nx") and a fence
 	// rule (a row write also compares the namespace's active version). It
 	// proves the mechanism with a version the released build cannot read.
-	NextPretend Version = 4
+	NextPretend Version = 5
 )
 
 // MinSupported is the oldest active version this build works at.
@@ -80,6 +91,7 @@ var names = []struct {
 	{Base, "Base"},
 	{TokenFollowsOwner, "TokenFollowsOwner"},
 	{CompactFormat, "CompactFormat"},
+	{RowLocks, "RowLocks"},
 	{NextPretend, "NextPretend"},
 }
 
