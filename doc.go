@@ -18,7 +18,9 @@
 // abort of aggregates) and [CapacityReader]. The optional [ChangeWaiter],
 // [RelocationStore] and [RowFeed] (an ordered change feed of rows, each
 // [Feed] resumable after a revision; package view builds a local read view
-// on it) are offered by providers that can. A provider is given its policy
+// on it) are offered by providers that can; a store of several revision
+// sequences (provider/sharded) is also a [FeedPositioner], whose feeds resume
+// after a [FeedPosition]. A provider is given its policy
 // through the hooks [LivenessOracle], [CapacityPolicy] and [IdentityClaims],
 // and its time through [Clock].
 //
@@ -40,7 +42,8 @@
 //     [ValidateKey], [ValidatePayload], [ValidateMutation],
 //     [ValidateScanLimit], [ValidateScanPrefix], [ValidateCapacityVector],
 //     [ValidateCreationOperation], [ValidateTerminalExpiry],
-//     [ValidateBlobPut], [ValidateFeedRequest] and [RequireText].
+//     [ValidateBlobPut], [ValidateFeedRequest],
+//     [ValidatePositionedFeedRequest] and [RequireText].
 //   - Errors: [Invalid] and [Wrap] build the typed errors providers return.
 //   - Listing cursors: [ScanPosition], [EncodeScanCursor], [DecodeScanCursor],
 //     [ParseScanCursor].

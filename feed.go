@@ -43,6 +43,12 @@ type FeedRequest struct {
 	// after it. 0 (without List): start at the store's revision when the
 	// feed opens. Negative is ErrInvalidArgument.
 	After int64
+	// AfterPosition resumes a FeedPositioner's feed after a position (an
+	// earlier batch's Position): the first change delivered is the first
+	// one after it in any sequence. List must be false and After 0. A store
+	// of one revision sequence refuses it (ErrInvalidArgument): resume it
+	// with After.
+	AfterPosition FeedPosition
 	// KeepUndecodable delivers a row the store cannot decode as an event
 	// with Undecodable set (and no Snapshot), and goes on; without it such
 	// a row ends the feed with its ErrCorrupt. For tools that show what is
@@ -117,6 +123,11 @@ type FeedBatch struct {
 	// decreases along a feed; resume a feed after it with
 	// FeedRequest.After.
 	Revision int64
+	// Position is set by a FeedPositioner's feed on every batch but a
+	// FeedListed one: how far the feed has come in each of the store's
+	// revision sequences (Revision is its Sum). Resume after it with
+	// FeedRequest.AfterPosition. Nil for a store of one revision sequence.
+	Position FeedPosition
 }
 
 // Feed is an open row feed. Next is called from one goroutine at a time;
@@ -150,6 +161,9 @@ func ValidateFeedRequest(req FeedRequest) error {
 	}
 	if req.List && req.After != 0 {
 		return Invalid("Feed List starts at the listing's revision: After must be 0.")
+	}
+	if req.AfterPosition != nil {
+		return Invalid("Feed AfterPosition is for a store of several revision sequences (FeedPositioner); this store resumes with After.")
 	}
 	return nil
 }

@@ -55,9 +55,9 @@ func testFeedWorkload(t *testing.T, fx *Fixture) {
 	for i := range steps {
 		w.step()
 		if i%25 == 24 || i == steps-1 {
-			rev := feedRevision(t, fx)
-			la.until(fx.Ctx(), all, rev)
-			lact.until(fx.Ctx(), actors, rev)
+			now := feedNow(t, fx)
+			la.until(fx.Ctx(), all, now)
+			lact.until(fx.Ctx(), actors, now)
 		}
 	}
 	t.Logf("feed workload: %d events in %d batches; operations %v", len(la.events), la.batches, w.ops)
@@ -85,14 +85,14 @@ func testFeedListing(t *testing.T, fx *Fixture) {
 	prefix := authority.KindPrefix(authority.ObjectUserSpot)
 	feed := openFeed(t, fx, authority.FeedRequest{Prefix: prefix, List: true})
 	l := newFeedLog(t)
-	l.until(fx.Ctx(), feed, feedRevision(t, fx))
+	l.until(fx.Ctx(), feed, feedNow(t, fx))
 	require.True(t, l.synced)
 	requireMatchesListing(t, fx, prefix, l.apply())
 
 	key := fx.Key(authority.ObjectUserSpot, "listed-03")
 	put := fx.Put(key, fx.MustRow(key).StoreVersion, []byte("after listing"))
 	fx.Active(authority.ObjectUserSpot, "after-listing", TargetB)
-	l.until(fx.Ctx(), feed, feedRevision(t, fx))
+	l.until(fx.Ctx(), feed, feedNow(t, fx))
 	require.Len(t, l.events, 3) // the put, the reserve and the commit
 	require.Equal(t, authority.FeedUpdated, l.events[0].Kind)
 	RequireSameRow(t, put, l.events[0].Snapshot)
@@ -109,15 +109,15 @@ func testFeedResume(t *testing.T, fx *Fixture) {
 	for range 30 {
 		w.step()
 	}
-	l.until(fx.Ctx(), feed, feedRevision(t, fx)-3) // part of it, maybe all
+	l.until(fx.Ctx(), feed, feedMark{rev: feedNow(t, fx).rev - 3}) // part of it, maybe all
 	require.NoError(t, feed.Close())
 	_, err := feed.Next(fx.Ctx())
 	require.ErrorIs(t, err, authority.ErrClosed)
 	for range 30 {
 		w.step()
 	}
-	resumed := openFeed(t, fx, authority.FeedRequest{After: l.rev})
-	l.until(fx.Ctx(), resumed, feedRevision(t, fx))
+	resumed := openFeed(t, fx, l.resume())
+	l.until(fx.Ctx(), resumed, feedNow(t, fx))
 	w.requireDelivered(l, "")
 }
 
@@ -130,14 +130,14 @@ func testFeedCompacted(t *testing.T, fx *Fixture) {
 	}
 	feed := openFeed(t, fx, authority.FeedRequest{})
 	l := newFeedLog(t)
-	l.until(fx.Ctx(), feed, feedRevision(t, fx))
+	l.until(fx.Ctx(), feed, feedNow(t, fx))
 	require.NoError(t, feed.Close())
 	for i := range 3 {
 		fx.Active(authority.ObjectUserSpot, fmt.Sprintf("gone-%d", i), TargetA)
 	}
 	fx.H.ExpireScans(t)
 	rf := feedOf(t, fx)
-	resumed, err := rf.WatchRows(fx.Ctx(), authority.FeedRequest{After: l.rev})
+	resumed, err := rf.WatchRows(fx.Ctx(), l.resume())
 	if err == nil {
 		t.Cleanup(func() { _ = resumed.Close() })
 		ctx, cancel := context.WithTimeout(fx.Ctx(), time.Minute)
@@ -147,7 +147,7 @@ func testFeedCompacted(t *testing.T, fx *Fixture) {
 	require.ErrorIs(t, err, authority.ErrFeedCompacted)
 	relist := openFeed(t, fx, authority.FeedRequest{List: true})
 	l2 := newFeedLog(t)
-	l2.until(fx.Ctx(), relist, feedRevision(t, fx))
+	l2.until(fx.Ctx(), relist, feedNow(t, fx))
 	requireMatchesListing(t, fx, authority.KindPrefix(authority.ObjectUserSpot), l2.apply())
 }
 
@@ -159,18 +159,18 @@ func testFeedProgress(t *testing.T, fx *Fixture) {
 	require.NoError(t, err)
 	require.Equal(t, authority.FeedProgress, first.Kind, "a feed from now starts with its position")
 	fx.Active(authority.ObjectActor, "elsewhere", TargetA)
-	rev := feedRevision(t, fx)
-	require.Greater(t, rev, first.Revision)
+	now := feedNow(t, fx)
+	require.Greater(t, now.rev, first.Revision)
 	if err := feed.RequestProgress(fx.Ctx()); errors.Is(err, authority.ErrUnsupportedServer) {
 		t.Skip("server's progress notifications are not reliable: " + err.Error())
 	} else {
 		require.NoError(t, err)
 	}
 	l := newFeedLog(t)
-	l.rev = first.Revision
-	l.until(fx.Ctx(), feed, rev)
+	l.rev, l.pos = first.Revision, first.Position.Clone()
+	l.until(fx.Ctx(), feed, now)
 	require.Empty(t, l.events)
-	require.GreaterOrEqual(t, l.rev, rev)
+	require.GreaterOrEqual(t, l.rev, now.rev)
 }
 
 // testFeedValidation checks that bad requests are ErrInvalidArgument.
@@ -180,6 +180,9 @@ func testFeedValidation(t *testing.T, fx *Fixture) {
 		{Prefix: "user_spot/\x00"},
 		{After: -1},
 		{List: true, After: 1},
+		{After: 1, AfterPosition: authority.FeedPosition{1}},
+		{List: true, AfterPosition: authority.FeedPosition{1}},
+		{AfterPosition: authority.FeedPosition{}},
 	} {
 		_, err := rf.WatchRows(fx.Ctx(), req)
 		require.ErrorIs(t, err, authority.ErrInvalidArgument, "%+v", req)

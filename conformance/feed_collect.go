@@ -35,7 +35,8 @@ func openFeed(t *testing.T, fx *Fixture, req authority.FeedRequest) authority.Fe
 type feedLog struct {
 	t       testing.TB
 	rev     int64
-	listing bool // a FeedListed batch came: read on to FeedSynced
+	pos     authority.FeedPosition // a FeedPositioner's feed: the last batch's Position
+	listing bool                   // a FeedListed batch came: read on to FeedSynced
 	synced  bool
 	listed  map[authority.Key]*authority.Snapshot
 	events  []authority.FeedEvent
@@ -52,6 +53,7 @@ func (l *feedLog) add(b authority.FeedBatch) {
 	t.Helper()
 	l.batches++
 	require.GreaterOrEqual(t, b.Revision, l.rev, "batch revision went back")
+	l.checkPosition(b)
 	switch b.Kind {
 	case authority.FeedListed:
 		require.False(t, l.synced, "listed batch after synced")
@@ -85,15 +87,54 @@ func (l *feedLog) add(b authority.FeedBatch) {
 	l.rev = b.Revision
 }
 
-// until reads feed into l until its revision reaches rev, asking for
-// progress now and then (a feed reaches rev by events or by progress). On a
-// store without progress promises (ErrUnsupportedServer) nothing but a row
-// change moves the feed, so it stops once the feed was quiet for a second.
-func (l *feedLog) until(ctx context.Context, feed authority.Feed, rev int64) {
+// checkPosition checks a FeedPositioner's batch position: set on every
+// batch but a listed one, of one length, never going back in any sequence,
+// its sum the batch's Revision.
+func (l *feedLog) checkPosition(b authority.FeedBatch) {
+	t := l.t
+	t.Helper()
+	if b.Position == nil {
+		require.True(t, b.Kind == authority.FeedListed || l.pos == nil, "a %s batch without a position after batches with one", b.Kind)
+		return
+	}
+	require.Equal(t, b.Position.Sum(), b.Revision, "a batch's revision is its position's sum")
+	if l.pos != nil {
+		require.Len(t, b.Position, len(l.pos))
+		require.True(t, b.Position.Covers(l.pos), "batch position %v went back from %v", b.Position, l.pos)
+	}
+	l.pos = b.Position.Clone()
+}
+
+// feedMark is how far a feed must come: the store's revision and, on a
+// FeedPositioner, its position (both read by feedNow).
+type feedMark struct {
+	rev int64
+	pos authority.FeedPosition
+}
+
+// reached reports whether l has come to m: its revision and, when m has
+// one, its position.
+func (l *feedLog) reached(m feedMark) bool {
+	return l.rev >= m.rev && (m.pos == nil || l.pos.Covers(m.pos))
+}
+
+// resume returns the request that resumes a feed after what l saw.
+func (l *feedLog) resume() authority.FeedRequest {
+	if l.pos != nil {
+		return authority.FeedRequest{AfterPosition: l.pos.Clone()}
+	}
+	return authority.FeedRequest{After: l.rev}
+}
+
+// until reads feed into l until it reaches m, asking for progress now and
+// then (a feed reaches m by events or by progress). On a store without
+// progress promises (ErrUnsupportedServer) nothing but a row change moves
+// the feed, so it stops once the feed was quiet for a second.
+func (l *feedLog) until(ctx context.Context, feed authority.Feed, m feedMark) {
 	t := l.t
 	t.Helper()
 	quiet := 0
-	for l.rev < rev || l.listing && !l.synced {
+	for !l.reached(m) || l.listing && !l.synced {
 		nctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		b, err := feed.Next(nctx)
 		cancel()
@@ -166,10 +207,16 @@ func requireMatchesListing(t testing.TB, fx *Fixture, prefix string, rows map[au
 	}
 }
 
-// feedRevision returns the store's current revision.
-func feedRevision(t testing.TB, fx *Fixture) int64 {
+// feedNow returns the store's current revision and, on a FeedPositioner,
+// its position.
+func feedNow(t testing.TB, fx *Fixture) feedMark {
 	t.Helper()
+	if fp, ok := fx.Store().(authority.FeedPositioner); ok {
+		pos, err := fp.FeedPosition(fx.Ctx())
+		require.NoError(t, err)
+		return feedMark{rev: pos.Sum(), pos: pos}
+	}
 	rev, err := fx.Store().(authority.RowFeed).FeedRevision(fx.Ctx())
 	require.NoError(t, err)
-	return rev
+	return feedMark{rev: rev}
 }

@@ -7,6 +7,7 @@
 package conformance
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,22 @@ type Harness struct {
 	// counter back. Nil when the provider cannot (etcd revisions cannot be
 	// set): the GenerationExhausted tests skip.
 	LeaveGenerations func(t testing.TB, c GenerationCounter, left int64)
+
+	// Skip names subtests the provider deliberately does not pass, each
+	// with its reason (a documented deviation): a subtest whose name ends
+	// in "/" + a key (for example "AggregateCommit/StalePreservedOwnerNotLive")
+	// skips with the reason. Nil: none.
+	Skip map[string]string
+}
+
+// skipped returns the reason h skips the subtest named name, if any.
+func (h *Harness) skipped(name string) (string, bool) {
+	for k, reason := range h.Skip {
+		if strings.HasSuffix(name, "/"+k) {
+			return reason, true
+		}
+	}
+	return "", false
 }
 
 // GenerationCounter names one of the store's three counters (store

@@ -56,7 +56,11 @@ func runSubtests(ctx context.Context, t *testing.T, f Factory, tests []subtest) 
 	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.run(t, NewFixtureContext(ctx, t, f(t)))
+			h := f(t)
+			if reason, ok := h.skipped(t.Name()); ok {
+				t.Skip(reason)
+			}
+			tc.run(t, NewFixtureContext(ctx, t, h))
 		})
 	}
 }

@@ -27,16 +27,18 @@ type flight struct {
 	done  chan struct{}
 	start time.Time
 	rev   int64
+	pos   authority.FeedPosition // on a FeedPositioner
 	err   error
 }
 
 // revision returns a revision at least the store's revision when the call
-// began, and when the request that learned it started.
-func (fs *flights) revision(ctx context.Context) (int64, time.Time, error) {
+// began (on a FeedPositioner, also such a position, whose sum the revision
+// is), and when the request that learned it started.
+func (fs *flights) revision(ctx context.Context) (int64, authority.FeedPosition, time.Time, error) {
 	fs.mu.Lock()
 	if fs.closed {
 		fs.mu.Unlock()
-		return 0, time.Time{}, authority.ErrClosed
+		return 0, nil, time.Time{}, authority.ErrClosed
 	}
 	if fs.next == nil {
 		fs.next = &flight{done: make(chan struct{})}
@@ -51,9 +53,9 @@ func (fs *flights) revision(ctx context.Context) (int64, time.Time, error) {
 	fs.mu.Unlock()
 	select {
 	case <-f.done:
-		return f.rev, f.start, f.err
+		return f.rev, f.pos, f.start, f.err
 	case <-ctx.Done():
-		return 0, time.Time{}, ctx.Err()
+		return 0, nil, time.Time{}, ctx.Err()
 	}
 }
 
@@ -62,7 +64,12 @@ func (fs *flights) fly(f *flight) {
 	defer fs.v.wg.Done()
 	for f != nil {
 		f.start = time.Now()
-		f.rev, f.err = fs.v.store.FeedRevision(fs.v.life)
+		if p := fs.v.positioner; p != nil {
+			f.pos, f.err = p.FeedPosition(fs.v.life)
+			f.rev = f.pos.Sum()
+		} else {
+			f.rev, f.err = fs.v.store.FeedRevision(fs.v.life)
+		}
 		if f.err != nil && fs.v.life.Err() != nil {
 			f.err = authority.ErrClosed // cut short by Close
 		}

@@ -57,6 +57,9 @@ func (v *View) reopen(relist bool) authority.Feed {
 			v.relists.Add(1)
 		} else {
 			req = authority.FeedRequest{Prefix: v.prefix, After: v.Revision()}
+			if pos := v.cur.Load().pos; pos != nil {
+				req = authority.FeedRequest{Prefix: v.prefix, AfterPosition: pos.Clone()}
+			}
 			v.resumes.Add(1)
 		}
 		feed, err := v.store.WatchRows(v.life, req)
@@ -101,7 +104,7 @@ func (fl *follower) apply(b authority.FeedBatch) {
 			fl.staging = newTree()
 		}
 		fl.work, fl.staging, fl.listing = fl.staging, nil, false
-		v.publish(&state{rows: fl.work.Copy(), applied: max(cur.applied, b.Revision)})
+		v.publish(&state{rows: fl.work.Copy(), applied: max(cur.applied, b.Revision), pos: later(cur.pos, b.Position)})
 		v.syncedOnce.Do(func() { close(v.synced) })
 		return
 	}
@@ -116,7 +119,23 @@ func (fl *follower) apply(b authority.FeedBatch) {
 		}
 		rows = fl.work.Copy()
 	}
-	v.publish(&state{rows: rows, applied: max(cur.applied, b.Revision)})
+	v.publish(&state{rows: rows, applied: max(cur.applied, b.Revision), pos: later(cur.pos, b.Position)})
+}
+
+// later returns the position a batch at b moves the view to from a: b's,
+// at least a's in every sequence (a feed after a relist starts where the
+// store was, which is no earlier).
+func later(a, b authority.FeedPosition) authority.FeedPosition {
+	if b == nil {
+		return a
+	}
+	out := b.Clone()
+	if len(a) == len(b) {
+		for i := range out {
+			out[i] = max(out[i], a[i])
+		}
+	}
+	return out
 }
 
 // publish makes st the view's state and wakes the waiters.

@@ -79,7 +79,8 @@ type Read struct {
 	// Revision is the store revision the answer reflects: the row as it
 	// was at that revision. For an answer from the store, a revision the
 	// store had reached before it read the row (the row is as of that
-	// revision or later).
+	// revision or later). On a store of several revision sequences
+	// (authority.FeedPositioner) it is the sum of the position's revisions.
 	Revision int64
 	// FromStore is set when the answer came from the store, not memory
 	// (no progress promises, or the view did not catch up in time).
@@ -115,6 +116,9 @@ func newTree() *tree { return btree.NewBTreeGOptions(entryLess, btree.Options{No
 type state struct {
 	rows    *tree
 	applied int64
+	// pos is the position applied, on a store that is an
+	// authority.FeedPositioner (nil otherwise).
+	pos authority.FeedPosition
 }
 
 // View is a local read view. It is safe for concurrent use.
@@ -163,6 +167,9 @@ type View struct {
 	askedAt  time.Time
 
 	flights flights
+	// positioner is the store as an authority.FeedPositioner (nil when it
+	// is not one): consistency then waits for a position, not a revision.
+	positioner authority.FeedPositioner
 }
 
 // New starts a view of store's rows under cfg.Prefix: it lists them and
@@ -187,6 +194,7 @@ func New(ctx context.Context, store Store, cfg Config) (*View, error) {
 	v.scope = "view/" + uuid.NewString()
 	v.life, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.flights.v = v
+	v.positioner, _ = store.(authority.FeedPositioner)
 	// The feed lives as long as the view; only its listing is bounded by
 	// ctx (the feed's context ends with ctx until WatchRows returned).
 	fctx, fcancel := context.WithCancel(v.life)
@@ -396,7 +404,7 @@ func (v *View) ready(ctx context.Context, f Freshness) (st *state, now time.Time
 			}
 		}
 	}
-	rev, start, err := v.flights.revision(ctx)
+	rev, pos, start, err := v.flights.revision(ctx)
 	if err != nil {
 		return nil, now, 0, false, err
 	}
@@ -405,7 +413,7 @@ func (v *View) ready(ctx context.Context, f Freshness) (st *state, now time.Time
 	}
 	wctx, cancel := context.WithTimeout(ctx, v.maxWait)
 	defer cancel()
-	err = v.waitApplied(wctx, rev)
+	err = v.waitApplied(wctx, rev, pos)
 	switch {
 	case err == nil:
 		v.markFresh(start)
@@ -432,9 +440,9 @@ func (v *View) markFresh(start time.Time) {
 	}
 }
 
-// waitApplied waits until the view applied rev, asking the feed for
-// progress when it is behind.
-func (v *View) waitApplied(ctx context.Context, rev int64) error {
+// waitApplied waits until the view applied rev (and, on a
+// FeedPositioner, pos), asking the feed for progress when it is behind.
+func (v *View) waitApplied(ctx context.Context, rev int64, pos authority.FeedPosition) error {
 	var asked time.Time
 	for {
 		v.mu.Lock()
@@ -443,7 +451,7 @@ func (v *View) waitApplied(ctx context.Context, rev int64) error {
 		if err := v.err(); err != nil {
 			return err
 		}
-		if v.cur.Load().applied >= rev {
+		if cur := v.cur.Load(); cur.applied >= rev && (pos == nil || cur.pos.Covers(pos)) {
 			return nil
 		}
 		if v.noProgress.Load() {

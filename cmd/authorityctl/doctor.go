@@ -109,6 +109,9 @@ Exits 1 when a check fails.`,
 				return err
 			}
 			g.sendLimit = maxRequestBytes + 1024*1024
+			if g.shards != nil {
+				return runDoctorShards(cmd.Context(), g, maxTxnOps, maxRequestBytes, noProbe)
+			}
 			return runDoctor(cmd.Context(), g, maxTxnOps, maxRequestBytes, noProbe)
 		},
 	}
@@ -130,6 +133,14 @@ func runDoctor(ctx context.Context, g *globals, maxTxnOps, maxRequestBytes int, 
 	}
 	defer c.Close()
 	d := &doctorView{Endpoints: []memberView{}, Checks: []checkView{}}
+	doctorChecks(ctx, g, c, statuses, d, maxTxnOps, maxRequestBytes, noProbe)
+	doctorLeaseCheckpoint(d)
+	return finishDoctor(g, d)
+}
+
+// doctorChecks runs the checks of one cluster and its namespace into d.
+func doctorChecks(ctx context.Context, g *globals, c *clientv3.Client, statuses []endpointStatus, d *doctorView,
+	maxTxnOps, maxRequestBytes int, noProbe bool) {
 	doctorMembers(ctx, c, statuses, d)
 	doctorServerWarnings(d)
 	if doctorCluster(ctx, c, g.namespace, d) == 0 {
@@ -143,7 +154,10 @@ func runDoctor(ctx context.Context, g *globals, maxTxnOps, maxRequestBytes int, 
 	} else {
 		doctorLimits(ctx, c, g.namespace, maxTxnOps, maxRequestBytes, d)
 	}
-	doctorLeaseCheckpoint(d)
+}
+
+// finishDoctor prints d and fails when a check failed.
+func finishDoctor(g *globals, d *doctorView) error {
 	failed := 0
 	for _, ch := range d.Checks {
 		if ch.Status == checkFail {

@@ -33,6 +33,9 @@ type globals struct {
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 	output         string
+	// shardsFile is --shards; shards its clusters (nil without it).
+	shardsFile string
+	shards     *shardSet
 	// sendLimit is the client's send limit the command needs (doctor's
 	// request-size probe); at least 4 MiB.
 	sendLimit int
@@ -129,6 +132,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) (*cobra.Command,
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "how long to wait for an endpoint to answer")
 	pf.DurationVar(&g.commandTimeout, "command-timeout", 30*time.Second, "bound on one command (not watch or demo)")
 	pf.StringVarP(&g.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|"))
+	pf.StringVar(&g.shardsFile, "shards", "", "JSON file listing the etcd clusters of a sharded store (provider/sharded): list, get and doctor read every shard")
 
 	root.AddCommand(
 		newGetCommand(g), newListCommand(g), newWatchCommand(g),
@@ -191,7 +195,7 @@ func (g *globals) prepare(cmd *cobra.Command) error {
 	if (g.cert == "") != (g.key == "") {
 		return usageError(errors.New("--cert and --key must be given together"))
 	}
-	return nil
+	return g.loadShards(cmd)
 }
 
 // errCommandTimeout is the cause of a command context that ran out.

@@ -13,6 +13,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,7 +30,7 @@ func newGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.withStore(cmd, false, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+			get := func(ctx context.Context, s authority.AuthorityStore) error {
 				r, err := s.ReadAuthority(ctx, key)
 				if err != nil {
 					return err
@@ -40,6 +41,12 @@ func newGetCommand(g *globals) *cobra.Command {
 				}
 				v := viewRow(key, r.Snapshot)
 				return render(g.stdout, g.output, v, addRows(rowTable(), []rowView{v}, (*table).addRow))
+			}
+			if g.shards != nil {
+				return g.withShardedStore(cmd, func(ctx context.Context, s *sharded.Store) error { return get(ctx, s) })
+			}
+			return g.withStore(cmd, false, func(ctx context.Context, s *etcdstore.Store, _ *clientv3.Client) error {
+				return get(ctx, s)
 			})
 		},
 	}
@@ -71,6 +78,45 @@ func rowKeyOf(args []string) (authority.ObjectKind, string, authority.Key, error
 	return kind, id, key, nil
 }
 
+// listRows prints the rows under prefix, read from l; with a client of its
+// single cluster (c), a listing that stops at an undecodable row lists every
+// decodable one, naming the others.
+func listRows(ctx context.Context, g *globals, l authority.AuthorityStore, c *clientv3.Client, prefix string, limit int, all bool) error {
+	out := listView{Items: []rowView{}}
+	var cursor authority.ScanCursor
+	for {
+		page, err := l.ListAuthorities(ctx, prefix, cursor, limit)
+		if errors.Is(err, authority.ErrCorrupt) && c != nil {
+			// the store's listing stops at a row it cannot
+			// decode: list every decodable one, naming the others
+			if out, err = listDecodable(ctx, g, c, prefix, limit, all); err != nil {
+				return err
+			}
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if page.Kind == authority.KindScanExpired {
+			return errors.New("the listing expired (etcd compacted its revision); run list again")
+		}
+		for _, it := range page.Items {
+			out.Items = append(out.Items, viewRow(it.Key, it.Snapshot))
+		}
+		cursor = page.NextCursor
+		if cursor == "" {
+			break
+		}
+		if !all {
+			out.More = true
+			fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
+			break
+		}
+	}
+	g.foundNothing = len(out.Items) == 0
+	return render(g.stdout, g.output, out, addRows(rowTable(), out.Items, (*table).addRow))
+}
+
 // listView is the JSON/YAML form of list.
 type listView struct {
 	Items []rowView `json:"items"`
@@ -98,40 +144,13 @@ listing. Without --all only the first page (--limit rows) is shown.`,
 			if err := authority.ValidateScanPrefix(prefix); err != nil {
 				return usageError(fmt.Errorf("PREFIX %q: %w", prefix, err))
 			}
+			if g.shards != nil {
+				return g.withShardedStore(cmd, func(ctx context.Context, s *sharded.Store) error {
+					return listRows(ctx, g, s, nil, prefix, limit, all)
+				})
+			}
 			return g.withStore(cmd, false, func(ctx context.Context, s *etcdstore.Store, c *clientv3.Client) error {
-				out := listView{Items: []rowView{}}
-				var cursor authority.ScanCursor
-				for {
-					page, err := s.ListAuthorities(ctx, prefix, cursor, limit)
-					if errors.Is(err, authority.ErrCorrupt) {
-						// the store's listing stops at a row it cannot
-						// decode: list every decodable one, naming the others
-						if out, err = listDecodable(ctx, g, c, prefix, limit, all); err != nil {
-							return err
-						}
-						break
-					}
-					if err != nil {
-						return err
-					}
-					if page.Kind == authority.KindScanExpired {
-						return errors.New("the listing expired (etcd compacted its revision); run list again")
-					}
-					for _, it := range page.Items {
-						out.Items = append(out.Items, viewRow(it.Key, it.Snapshot))
-					}
-					cursor = page.NextCursor
-					if cursor == "" {
-						break
-					}
-					if !all {
-						out.More = true
-						fmt.Fprintf(g.stderr, "more rows follow; use --all to list them all\n")
-						break
-					}
-				}
-				g.foundNothing = len(out.Items) == 0
-				return render(g.stdout, g.output, out, addRows(rowTable(), out.Items, (*table).addRow))
+				return listRows(ctx, g, s, c, prefix, limit, all)
 			})
 		},
 	}

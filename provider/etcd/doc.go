@@ -46,6 +46,9 @@
 //	ns/capacity-escrow/ledgers/<esc mesh>/<esc rid>/<lifecycle>
 //	                                                escrow mode only, in the node's home shard: what its
 //	                                                ledger gave each shard and took back
+//	ns/shard-map/current                            the shard map of a store over several clusters
+//	                                                (provider/sharded): the same in every shard's
+//	                                                namespace; absent in a single cluster's
 //
 // TestPackageDocKeyLayout (package schema) keeps this list equal to the keys
 // schema builds.

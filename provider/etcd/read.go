@@ -102,46 +102,60 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 		}
 		pos = p
 	}
+	out, _, err := s.listPage(ctx, prefix, pos.After, pos.Revision, limit)
+	return out, err
+}
+
+// listPage reads the page of rows under prefix after the key after ("": from
+// the prefix's first row) at revision rev (0: the current one), and returns
+// it with the revision it was read at. Its NextCursor continues it at that
+// revision.
+func (s *Store) listPage(ctx context.Context, prefix string, after authority.Key, rev int64, limit int) (authority.ScanResult, int64, error) {
+	if err := authority.ValidateScanLimit(limit); err != nil {
+		return authority.ScanResult{}, 0, err
+	}
+	if err := authority.ValidateScanPrefix(prefix); err != nil {
+		return authority.ScanResult{}, 0, err
+	}
 	if err := s.begin(ctx); err != nil {
-		return authority.ScanResult{}, err
+		return authority.ScanResult{}, 0, err
 	}
 	base := s.keys.RowsPrefix()
 	from := base + prefix
-	if cursor != "" {
-		from = base + string(pos.After) + "\x00"
+	if after != "" {
+		from = base + string(after) + "\x00"
 	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	page, err := s.readPage(rctx, from, base+prefix, prefixEnd(base+prefix), pos.Revision, int64(limit))
-	for attempt := 0; err != nil && cursor == "" && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3; attempt++ {
+	page, err := s.readPage(rctx, from, base+prefix, prefixEnd(base+prefix), rev, int64(limit))
+	for attempt := 0; err != nil && after == "" && rev == 0 && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3; attempt++ {
 		// a first page read in parts (large rows, or chunks) whose revision
 		// was compacted between them: a first page has no cursor to expire
 		page, err = s.readPage(rctx, from, base+prefix, prefixEnd(base+prefix), 0, int64(limit))
 	}
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrCompacted) {
-			return authority.ScanResult{Kind: authority.KindScanExpired}, nil
+			return authority.ScanResult{Kind: authority.KindScanExpired}, 0, nil
 		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
-			return authority.ScanResult{}, authority.Invalid("Authority scan cursor is invalid.")
+			return authority.ScanResult{}, 0, authority.Invalid("Authority scan cursor is invalid.")
 		}
-		return authority.ScanResult{}, mapError(err, false)
+		return authority.ScanResult{}, 0, mapError(err, false)
 	}
-	rev := page.Revision
 	now := s.clock.Now()
 	out := authority.ScanResult{Kind: authority.KindPage, Items: make([]authority.ScanItem, 0, len(page.Kvs))}
 	for _, kv := range page.Kvs {
 		key := authority.Key(strings.TrimPrefix(string(kv.Key), base))
 		r, err := s.decodeRow(key, kv)
 		if err != nil {
-			return authority.ScanResult{}, err
+			return authority.ScanResult{}, 0, err
 		}
 		out.Items = append(out.Items, authority.ScanItem{Key: key, Snapshot: r.Snapshot(now)})
 	}
 	if page.More && len(out.Items) > 0 {
 		out.NextCursor = authority.EncodeScanCursor(authority.ScanPosition{
-			Scope: s.keys.Namespace(), Prefix: prefix, Revision: rev, After: out.Items[len(out.Items)-1].Key,
+			Scope: s.keys.Namespace(), Prefix: prefix, Revision: page.Revision, After: out.Items[len(out.Items)-1].Key,
 		})
 	}
-	return out, nil
+	return out, page.Revision, nil
 }

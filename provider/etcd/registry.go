@@ -54,6 +54,14 @@ type OwnerLease struct {
 // or until it is lost. A later Acquire of the same owner is a new generation;
 // move the rows with rebindOwnerLease (or RebindRows).
 func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration) (*OwnerLease, error) {
+	return r.acquireNext(ctx, node, lifecycle, ownerID, ttl, func(last int64) (int64, error) { return last + 1, nil })
+}
+
+// acquireNext is acquire with the generation chosen by next from the last
+// one handed to the owner in this namespace (0: none); the Txn that takes it
+// holds only while the owner generation key is what next was given.
+func (r *Registry) acquireNext(ctx context.Context, node authority.NodeDescriptor, lifecycle int64, ownerID string, ttl time.Duration,
+	next func(last int64) (int64, error)) (*OwnerLease, error) {
 	if err := validateOwnerLease(node, ownerID, ttl); err != nil {
 		return nil, err
 	}
@@ -89,7 +97,12 @@ func (r *Registry) acquire(ctx context.Context, node authority.NodeDescriptor, l
 				return nil, err
 			}
 		}
-		token := authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: gen + 1}
+		want, err := next(gen)
+		if err != nil {
+			revoke()
+			return nil, err
+		}
+		token := authority.OwnerToken{OwnerID: ownerID, LeaseGeneration: want}
 		live := schema.Liveness{MeshName: node.MeshName, RID: node.RID, Lifecycle: lifecycle, OwnerID: ownerID, Lease: token.LeaseGeneration}
 		t := &txnkit.Txn{}
 		t.Cmp(modRevIs(genKey, rev))

@@ -59,11 +59,14 @@ const (
 	// EntryAggregatePart is the marker of a cross-shard aggregate's part
 	// applied in this shard (Fence, and Part its value).
 	EntryAggregatePart
+	// EntryShardMap is the shard map of a store over several etcd
+	// clusters (ShardMap set).
+	EntryShardMap
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
 	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version",
-	"capacity escrow", "row lock", "aggregate part"}
+	"capacity escrow", "row lock", "aggregate part", "shard map"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -90,6 +93,7 @@ var segments = map[EntryKind]string{
 	EntryEscrow:          SegEscrow + "/",
 	EntryRowLock:         SegRowLocks + "/",
 	EntryAggregatePart:   SegAggregateParts + "/",
+	EntryShardMap:        SegShardMap + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -167,6 +171,8 @@ type Entry struct {
 	RowLock *RowLock
 	// Part is a part marker's value.
 	Part *AggregatePart
+	// ShardMap is the shard map (the shard-map key).
+	ShardMap *ShardMap
 }
 
 // CapacityEntry is the capacity one row or prepared aggregate holds on a
@@ -305,6 +311,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		}
 	case EntryAggregatePart:
 		err = e.decodeAggregatePart(rest, kv)
+	case EntryShardMap:
+		err = e.decodeShardMap(namespace, kv)
 	case EntryBlob:
 		e.BlobReference = authority.BlobReference(rest)
 		expires, data, berr := DecodeBlob(kv)

@@ -17,6 +17,7 @@ package schema
 //	owner liveness             1       {                      00 02
 //	owner generation           1       a decimal digit        any non-digit
 //	budget slice, ledger       1       {                      00 02
+//	shard map                  1       {                      00 02
 //	relocation blob            1       its expiry (8 bytes)   — no marker: see below
 //	owner index, capacity epoch        empty                  (the key is the value)
 //

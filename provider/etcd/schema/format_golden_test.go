@@ -79,6 +79,11 @@ func goldenCrossShard(state string) *AggregateRecord {
 
 func goldenRowLock() RowLock {
 	return RowLock{Fence: authority.Fence{AggregateID: "move-1", AggregateGeneration: 2}, Incarnation: "0123456789abcdef", Attempt: "fedcba9876543210", Base: 17}
+func goldenShardMap() ShardMap {
+	return ShardMap{Epoch: 1, Hash: "fnv1a64-jump", Shards: []ShardMapShard{
+		{ClusterID: "cdf818194e3a8c32", Namespace: "/zlink/authority/v1/"},
+		{ClusterID: "8e9e05c52164694d", Namespace: "/zlink/authority/v1/"},
+	}}
 }
 
 // goldenValues are every kind of value the store writes, from fixed inputs.
@@ -96,6 +101,7 @@ func goldenValues() map[string]string {
 		"blob":                EncodeBlob(goldenTime, []byte("relocation \x00 data")),
 		"budget-slice":        goldenSlice().Encode(),
 		"budget-ledger":       goldenLedger().Encode(),
+		"shard-map":           goldenShardMap().Encode(),
 		// the compact format (storeversion.CompactFormat)
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),

@@ -45,6 +45,7 @@ func TestLaterFormatIsRefused(t *testing.T) {
 		{"owner generation", l.OwnerGen(owner.OwnerID), goldenValues()["owner-generation"], ""},
 		{"budget slice", l.BudgetSlice(node, 3), goldenValues()["budget-slice"], ""},
 		{"budget ledger", l.BudgetLedger(node, 3), goldenValues()["budget-ledger"], ""},
+		{"shard map", l.ShardMap(), goldenValues()["shard-map"], ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

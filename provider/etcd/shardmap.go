@@ -1,0 +1,84 @@
+package etcd
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
+)
+
+// The shard map in a shard's namespace (package provider/sharded composes
+// one Store per shard and checks the map at New). The provider itself never
+// reads it: a namespace without a map is the one-shard case.
+
+// ShardMapState is what a namespace holds of the shard map.
+type ShardMapState struct {
+	// Map is the stored map (valid when Found).
+	Map schema.ShardMap
+	// Found says the namespace holds a shard map.
+	Found bool
+	// HasRows says the namespace holds at least one row (reported by
+	// CreateShardMap when it did not create the map).
+	HasRows bool
+}
+
+// ReadShardMap reads the namespace's shard map (linearizably). A map that
+// does not decode is ErrCorrupt naming the key.
+func (s *Store) ReadShardMap(ctx context.Context) (ShardMapState, error) {
+	if err := s.begin(ctx); err != nil {
+		return ShardMapState{}, err
+	}
+	key := s.keys.ShardMap()
+	resp, err := s.read(ctx, opGet(key))
+	if err != nil {
+		return ShardMapState{}, err
+	}
+	return decodeShardMapState(txnkit.ReadsOf(resp)[key])
+}
+
+// CreateShardMap puts m as the namespace's shard map in one Txn that holds
+// only while the namespace has no shard map and no row: a map is created
+// once, and never over rows a single-cluster store (or another map) placed.
+// created reports whether it was put; otherwise the state says why (the map
+// found, or HasRows). A read-only store refuses it (ErrReadOnly).
+func (s *Store) CreateShardMap(ctx context.Context, m schema.ShardMap) (created bool, st ShardMapState, err error) {
+	if err := s.refuseWrite(); err != nil {
+		return false, ShardMapState{}, err
+	}
+	if err := m.Check(); err != nil {
+		return false, ShardMapState{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return false, ShardMapState{}, err
+	}
+	key, rows := s.keys.ShardMap(), s.keys.RowsPrefix()
+	els, counted := txnkit.AddRead([]clientv3.Op{opGet(key)}, clientv3.OpGet(rows, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	rctx, cancel := s.requestContext(ctx)
+	defer cancel()
+	resp, err := s.kv.Txn(rctx).If(
+		modRevIs(key, 0),
+		clientv3.Compare(clientv3.CreateRevision(rows), "=", 0).WithPrefix(),
+	).Then(clientv3.OpPut(key, m.Encode())).Else(els...).Commit()
+	if err != nil {
+		return false, ShardMapState{}, mapError(err, true)
+	}
+	if resp.Succeeded {
+		return true, ShardMapState{Map: m, Found: true}, nil
+	}
+	st, err = decodeShardMapState(txnkit.ReadsOf(resp)[key])
+	st.HasRows = counted.In(resp).GetCount() > 0
+	return false, st, err
+}
+
+func decodeShardMapState(kv *mvccpbKV) (ShardMapState, error) {
+	if kv == nil {
+		return ShardMapState{}, nil
+	}
+	m, err := schema.DecodeShardMap(kv)
+	if err != nil {
+		return ShardMapState{}, err
+	}
+	return ShardMapState{Map: m, Found: true}, nil
+}

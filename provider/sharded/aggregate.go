@@ -1,0 +1,241 @@
+package sharded
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authority "github.com/zlink-systems/authority"
+)
+
+// Aggregates. An aggregate whose participants all live in one shard is that
+// shard's etcd store's aggregate: its record, the target's capacity and
+// every participant in one cluster, prepared and committed each in one Txn,
+// as on one cluster. One whose participants live in several shards goes to
+// Config.CrossShard, or is refused (ErrCrossShardAggregate) without it.
+//
+// A fence names no shard, so CommitAggregate and AbortAggregate find the
+// record: the shard this store prepared it in (remembered), else every
+// shard's record key read in parallel, else the cross-shard protocol, else
+// the aggregate ID's home shard answers (a fence no shard knows).
+
+// PrepareAggregate checks the participants and reserves the target's
+// capacity in the participants' shard.
+func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
+	if err := authority.ValidateAggregatePrepare(req); err != nil {
+		return authority.PrepareAggregateResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.PrepareAggregateResult{}, err
+	}
+	byShard := map[int][]authority.Key{}
+	for _, p := range req.Participants {
+		i := s.ShardOf(p.AuthorityKey)
+		byShard[i] = append(byShard[i], p.AuthorityKey)
+	}
+	if len(byShard) > 1 {
+		if s.cfg.CrossShard != nil {
+			return s.cfg.CrossShard.Prepare(ctx, req, sortedShards(byShard))
+		}
+		return authority.PrepareAggregateResult{}, crossShard(req.AggregateID, byShard)
+	}
+	var home int
+	for i := range byShard {
+		home = i
+	}
+	if len(s.shards) > 1 {
+		// one fence, one record: a fence prepared in another shard is
+		// another request's
+		elsewhere, err := s.recordedIn(ctx, req.Fence(), home)
+		if err != nil {
+			return authority.PrepareAggregateResult{}, err
+		}
+		if len(elsewhere) > 0 {
+			return authority.PrepareAggregateResult{Kind: authority.KindConflict}, nil
+		}
+	}
+	res, err := s.shards[home].store.PrepareAggregate(ctx, req)
+	if err == nil && (res.Kind == authority.KindPrepared || res.Kind == authority.KindAlreadyPrepared) {
+		s.aggs.put(req.Fence(), home)
+	}
+	return res, inShard(home, err)
+}
+
+// CommitAggregate applies every participant or none, in the shard that
+// holds the aggregate's record.
+func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
+	if err := authority.ValidateFence(fence); err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	i, cross, err := s.locate(ctx, fence)
+	if err != nil {
+		return authority.CommitAggregateResult{}, err
+	}
+	if cross {
+		return s.cfg.CrossShard.Commit(ctx, fence)
+	}
+	res, err := s.shards[i].store.CommitAggregate(ctx, fence)
+	return res, inShard(i, err)
+}
+
+// AbortAggregate releases a prepared aggregate's capacity, in the shard that
+// holds its record.
+func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
+	if err := authority.ValidateFence(fence); err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	i, cross, err := s.locate(ctx, fence)
+	if err != nil {
+		return authority.AbortAggregateResult{}, err
+	}
+	if cross {
+		return s.cfg.CrossShard.Abort(ctx, fence)
+	}
+	res, err := s.shards[i].store.AbortAggregate(ctx, fence)
+	return res, inShard(i, err)
+}
+
+// locate returns the shard holding fence's record (cross: the cross-shard
+// protocol owns it). A fence recorded in two shards (two prepares of one
+// fence with different participants racing on different shards) is
+// ErrCorrupt naming them: neither can be chosen.
+func (s *Store) locate(ctx context.Context, fence authority.Fence) (shard int, cross bool, err error) {
+	if len(s.shards) == 1 {
+		return 0, false, nil
+	}
+	if i, ok := s.aggs.get(fence); ok {
+		return i, false, nil
+	}
+	found, err := s.recordedIn(ctx, fence, -1)
+	if err != nil {
+		return 0, false, err
+	}
+	switch len(found) {
+	case 1:
+		s.aggs.put(fence, found[0])
+		return found[0], false, nil
+	case 0:
+		if s.cfg.CrossShard != nil {
+			owns, err := s.cfg.CrossShard.Owns(ctx, fence)
+			if err != nil || owns {
+				return 0, owns, err
+			}
+		}
+		return shardOf(aggregateDomain+fence.AggregateID, len(s.shards)), false, nil
+	}
+	return 0, false, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
+		"Aggregate %q generation %d is recorded in shards %v: two prepares of one fence with different participants.",
+		fence.AggregateID, fence.AggregateGeneration, found), nil)
+}
+
+// recordedIn returns the shards other than skip whose namespace holds
+// fence's record, ascending.
+func (s *Store) recordedIn(ctx context.Context, fence authority.Fence, skip int) ([]int, error) {
+	var mu sync.Mutex
+	var found []int
+	var others []int
+	for i := range s.shards {
+		if i != skip {
+			others = append(others, i)
+		}
+	}
+	err := s.eachOf(ctx, others, func(ctx context.Context, i int, sh *shard) error {
+		ok, err := sh.store.HasAggregate(ctx, fence)
+		if ok {
+			mu.Lock()
+			found = append(found, i)
+			mu.Unlock()
+		}
+		return err
+	})
+	slices.Sort(found)
+	return found, err
+}
+
+func sortedShards(byShard map[int][]authority.Key) []int {
+	out := make([]int, 0, len(byShard))
+	for i := range byShard {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// crossShard is the refusal of an aggregate whose participants span shards.
+func crossShard(id string, byShard map[int][]authority.Key) error {
+	parts := make([]string, 0, len(byShard))
+	for _, i := range sortedShards(byShard) {
+		keys := byShard[i]
+		parts = append(parts, fmt.Sprintf("shard %d: %s", i, strings.Join(keysText(keys), ", ")))
+	}
+	return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+		"Aggregate %q has participants in shards %v (%s): an aggregate across shards needs the cross-shard protocol (Config.CrossShard).",
+		id, sortedShards(byShard), strings.Join(parts, "; ")), ErrCrossShardAggregate)
+}
+
+func keysText(keys []authority.Key) []string {
+	out := make([]string, 0, min(len(keys), 4))
+	for i, k := range keys {
+		if i == 3 && len(keys) > 4 {
+			out = append(out, fmt.Sprintf("and %d more", len(keys)-3))
+			break
+		}
+		out = append(out, string(k))
+	}
+	return out
+}
+
+// fenceCache remembers, for the aggregates this store prepared or found,
+// the shard holding their record, bounded: the oldest entries go first,
+// and an entry is forgotten after ttl (less than the records' retention:
+// once a record expired its fence may be prepared again, in another
+// shard).
+type fenceCache struct {
+	mu    sync.Mutex
+	max   int
+	ttl   time.Duration
+	m     map[authority.Fence]fenceEntry
+	order []authority.Fence
+}
+
+type fenceEntry struct {
+	shard int
+	at    time.Time
+}
+
+func newFenceCache(n int, ttl time.Duration) *fenceCache {
+	return &fenceCache{max: n, ttl: ttl, m: map[authority.Fence]fenceEntry{}}
+}
+
+func (c *fenceCache) get(f authority.Fence) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[f]
+	if !ok || time.Since(e.at) > c.ttl {
+		return 0, false
+	}
+	return e.shard, true
+}
+
+func (c *fenceCache) put(f authority.Fence, shard int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[f]; ok {
+		return
+	}
+	if len(c.order) == c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.m[f] = fenceEntry{shard: shard, at: time.Now()}
+	c.order = append(c.order, f)
+}

@@ -1,0 +1,51 @@
+package sharded
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrShardMapMismatch reports that the shard map stored in a shard's
+// namespace is not the store's configured one (another cluster list, order,
+// namespace, epoch or hash), that a namespace holds rows but no map where a
+// map of several shards is needed, or that a read-only store found no map
+// where it needs one. New refuses to open; the error names the shard and the
+// difference. Nothing is written.
+var ErrShardMapMismatch = errors.New("sharded: shard map mismatch")
+
+// ErrCrossShardAggregate reports an aggregate whose participants live in more
+// than one shard, on a store without a cross-shard protocol
+// (Config.CrossShard): PrepareAggregate refuses it with an error wrapping
+// this and authority.ErrInvalidArgument, naming the shards, and writes
+// nothing.
+var ErrCrossShardAggregate = errors.New("sharded: aggregate spans shards")
+
+// ErrCapacityNeedsEscrow reports a capacity policy on a store of several
+// shards without capacity escrow (Config.Escrow): each shard would check the
+// policy against its own rows only, so a node could be over-admitted across
+// shards. New and SetCapacityPolicy refuse it (wrapping
+// authority.ErrInvalidArgument).
+var ErrCapacityNeedsEscrow = errors.New("sharded: a capacity policy over several shards needs capacity escrow")
+
+// shardError is an error of one shard's store, naming the shard.
+type shardError struct {
+	shard int
+	err   error
+}
+
+func (e *shardError) Error() string { return fmt.Sprintf("shard %d: %v", e.shard, e.err) }
+
+func (e *shardError) Unwrap() error { return e.err }
+
+// inShard names shard i in err (nil stays nil; an error that already names a
+// shard is returned as it is).
+func inShard(i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *shardError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &shardError{shard: i, err: err}
+}
