@@ -79,6 +79,8 @@ func goldenCrossShard(state string) *AggregateRecord {
 
 func goldenRowLock() RowLock {
 	return RowLock{Fence: authority.Fence{AggregateID: "move-1", AggregateGeneration: 2}, Incarnation: "0123456789abcdef", Attempt: "fedcba9876543210", Base: 17}
+}
+
 func goldenShardMap() ShardMap {
 	return ShardMap{Epoch: 1, Hash: "fnv1a64-jump", Shards: []ShardMapShard{
 		{ClusterID: "cdf818194e3a8c32", Namespace: "/zlink/authority/v1/"},
