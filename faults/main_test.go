@@ -13,5 +13,6 @@ func TestMain(m *testing.M) {
 	runPausedOwnerIfRequested()
 	runDownstreamWriterIfRequested()
 	runFailoverNodeIfRequested()
+	runShard2PCChildIfRequested()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeUpgradeBuilds() }))
 }
