@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ const (
 	outageBound = 3 * settleTimeout
 )
 
-// The phases of the outage test; a write belongs to the phase it started in.
+// The phases of an outage round; a write belongs to the phase it started in.
 const (
 	phaseBefore = iota // every cluster up
 	phaseOutage        // the down shard's cluster killed
@@ -38,7 +39,9 @@ const (
 	phaseCount
 )
 
-var phaseNames = [phaseCount]string{"before", "outage", "after"}
+// outageSoakRounds is how many outages the test runs with AUTHORITY_SOAK set
+// (one without), each round the next shard's cluster down.
+const outageSoakRounds = 6
 
 // outageCounts are the outcomes of the writes of one shard in one phase.
 type outageCounts struct {
@@ -48,7 +51,7 @@ type outageCounts struct {
 // outageLedger records what the writers were told.
 type outageLedger struct {
 	mu     sync.Mutex
-	counts [outageShards][phaseCount]outageCounts
+	counts [][outageShards][phaseCount]outageCounts // by round
 	// acked: rows whose reserve and commit were acknowledged (their ready
 	// payload); reserved: rows whose reserve was acknowledged and whose
 	// commit failed (their creating payload).
@@ -57,18 +60,19 @@ type outageLedger struct {
 	unknownErrs     []string
 }
 
-func (l *outageLedger) count(shard, phase int, f func(*outageCounts) int) int {
+func (l *outageLedger) count(round, shard, phase int, f func(*outageCounts) int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return f(&l.counts[shard][phase])
+	return f(&l.counts[round][shard][phase])
 }
 
 // record files one write's outcome: err nil (acknowledged), or the error of
 // its reserve (reserved false) or of its commit.
-func (l *outageLedger) record(shard, phase int, key authority.Key, creating, ready string, reserved bool, err error) {
+func (l *outageLedger) record(stage, shard int, key authority.Key, creating, ready string, reserved bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := &l.counts[shard][phase]
+	round, phase := stage/phaseCount, stage%phaseCount
+	c := &l.counts[round][shard][phase]
 	switch {
 	case err == nil:
 		c.acked++
@@ -78,11 +82,11 @@ func (l *outageLedger) record(shard, phase int, key authority.Key, creating, rea
 		c.unavailable++
 	case errors.Is(err, authority.ErrOutcomeUnknown):
 		c.unknown++
-		l.unknownErrs = append(l.unknownErrs, fmt.Sprintf("shard %d, %s: %v", shard, phaseNames[phase], err))
+		l.unknownErrs = append(l.unknownErrs, fmt.Sprintf("round %d, shard %d, phase %d: %v", round, shard, phase, err))
 	default:
 		c.other++
 		if l.firstOther == nil {
-			l.firstOther = fmt.Errorf("shard %d, %s: %w", shard, phaseNames[phase], err)
+			l.firstOther = fmt.Errorf("round %d, shard %d, phase %d: %w", round, shard, phase, err)
 		}
 	}
 	if reserved {
@@ -95,18 +99,20 @@ func (l *outageLedger) record(shard, phase int, key authority.Key, creating, rea
 // shard; 4 writers per shard place rows (reserve + commit) of their shard.
 // The owner's home shard's cluster is killed (SIGKILL) while they run,
 // until each of its writers was refused and the other shards acknowledged
-// writes meanwhile; then it restarts, until its writers get through again.
-// It prints
+// writes meanwhile; then it restarts, until its writers get through again
+// (with AUTHORITY_SOAK set, 6 such outages, each of the next shard). It
+// prints
 //
-//	shard-outage: shards=3 down-shard=… acked=… others-acked-during-outage=… down-failed=… (unavailable=… unknown=…) others-failed=0 lost=0
+//	shard-outage: shards=3 outages=1 down-shards=[…] acked=… others-acked-during-outage=… down-failed=… (unavailable=… unknown=…, in flight at the kill …) others-failed=0 lost=0
 //
-// and requires that no write of another shard failed; that the down
-// shard's writes failed typed: ErrUnavailable for those its store refused
-// before sending (at least one), ErrOutcomeUnknown for those in flight at
-// the kill or sent before the store saw the connection break (a write
-// waiting for a connection that never comes cannot tell); that the owner's
-// lease survived; and that every acknowledged row reads back after the
-// restart (a merged listing through a new store instance).
+// and requires that no write of another shard failed, nor one of the down
+// shard after its restart; that the down shard's writes failed typed:
+// ErrUnavailable for those its store refused before sending (at least one
+// each outage), ErrOutcomeUnknown for those in flight at the kill or sent
+// before the store saw the connection break (a write waiting for a
+// connection that never comes cannot tell); that the owner's lease
+// survived; and that every acknowledged row reads back after the restarts
+// (a merged listing through a new store instance).
 func TestShardOutage(t *testing.T) {
 	clusters := startShardClusters(t, etcdcluster.Options{}, 1, 1, 1)
 	const ns = "/faults/shard-outage/"
@@ -117,61 +123,81 @@ func TestShardOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lease.Close(context.Background()) })
 	tgt := conformance.Target(conformance.NodeA, conformance.NodeLifecycle, lease.Token())
-	down := stores[0].OwnerHome("outage-owner")
+	rounds := 1
+	if soak() {
+		rounds = outageSoakRounds
+	}
+	downs := make([]int, rounds)
+	for r := range downs {
+		downs[r] = (stores[0].OwnerHome("outage-owner") + r) % outageShards
+	}
 
-	led := &outageLedger{acked: map[authority.Key]string{}, reserved: map[authority.Key]string{}}
-	var phase atomic.Int32
+	led := &outageLedger{counts: make([][outageShards][phaseCount]outageCounts, rounds),
+		acked: map[authority.Key]string{}, reserved: map[authority.Key]string{}}
+	var stage atomic.Int32 // round × phaseCount + phase
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for shard := range outageShards {
 		for w := range outageWritersPerShard {
 			st := stores[w%len(stores)]
-			wg.Go(func() { outageWriter(st, tgt, shard, w, &phase, &stop, led) })
+			wg.Go(func() { outageWriter(st, tgt, shard, w, &stage, &stop, led) })
 		}
 	}
 	defer func() { stop.Store(true); wg.Wait() }()
-
-	others := func(f func(shard int) bool) bool {
-		for s := range outageShards {
-			if s != down && !f(s) {
-				return false
-			}
-		}
-		return true
+	var outage time.Duration
+	for r, down := range downs {
+		outage += outageRound(t, clusters[down], led, &stage, r, down)
 	}
-	acked := func(s, p int) int { return led.count(s, p, func(c *outageCounts) int { return c.acked }) }
-	waitOutcome(t, "every shard acknowledged writes", led, func() bool {
-		return acked(down, phaseBefore) >= 5 && others(func(s int) bool { return acked(s, phaseBefore) >= 5 })
-	})
-
-	if err := clusters[down].Kill(0); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	phase.Store(phaseOutage) // a write started before was in flight at the kill, or may have been
-	waitOutcome(t, "the down shard's writers refused and the others' acknowledged", led, func() bool {
-		refused := led.count(down, phaseOutage, func(c *outageCounts) int { return c.unavailable + c.unknown + c.other })
-		return refused >= outageWritersPerShard && others(func(s int) bool { return acked(s, phaseOutage) >= 20 })
-	})
-	if err := clusters[down].Restart(0); err != nil {
-		t.Fatal(err)
-	}
-	waitHealthy(t, clusters[down])
-	outage := time.Since(killed)
-	phase.Store(phaseAfter)
-	waitOutcome(t, "writes of every shard acknowledged after the restart", led, func() bool {
-		return acked(down, phaseAfter) >= 10 && others(func(s int) bool { return acked(s, phaseAfter) >= 10 })
-	})
 	stop.Store(true)
 	wg.Wait()
 
 	select {
 	case <-lease.Done():
-		t.Error("the owner's lease ended during the outage")
+		t.Error("the owner's lease ended during an outage")
 	default:
 	}
 	lost := requireReadBack(t, openSharded(t, clusters, ns, outageWriteTimeout), led)
-	reportOutage(t, led, down, outage, lost)
+	reportOutage(t, led, downs, outage, lost)
+}
+
+// outageRound runs round r: every shard acknowledges writes; down's cluster
+// is killed until its writers were refused and the others acknowledged
+// writes; it restarts until writes of every shard get through again. It
+// returns how long the cluster was down.
+func outageRound(t *testing.T, c *etcdcluster.Cluster, led *outageLedger, stage *atomic.Int32, r, down int) time.Duration {
+	t.Helper()
+	acked := func(s, p int) int { return led.count(r, s, p, func(c *outageCounts) int { return c.acked }) }
+	every := func(f func(shard int) bool) bool {
+		for s := range outageShards {
+			if !f(s) {
+				return false
+			}
+		}
+		return true
+	}
+	stage.Store(int32(r*phaseCount + phaseBefore))
+	waitOutcome(t, "every shard acknowledged writes", led, func() bool {
+		return every(func(s int) bool { return acked(s, phaseBefore) >= 5 })
+	})
+	if err := c.Kill(0); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	stage.Store(int32(r*phaseCount + phaseOutage)) // a write started before was in flight at the kill, or may have been
+	waitOutcome(t, "the down shard's writers refused and the others' acknowledged", led, func() bool {
+		refused := led.count(r, down, phaseOutage, func(c *outageCounts) int { return c.unavailable + c.unknown + c.other })
+		return refused >= outageWritersPerShard && every(func(s int) bool { return s == down || acked(s, phaseOutage) >= 20 })
+	})
+	if err := c.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, c)
+	outage := time.Since(killed)
+	stage.Store(int32(r*phaseCount + phaseAfter))
+	waitOutcome(t, "writes of every shard acknowledged after the restart", led, func() bool {
+		return every(func(s int) bool { return acked(s, phaseAfter) >= 10 })
+	})
+	return outage
 }
 
 // waitOutcome waits until done holds, failing t after outageBound or on a
@@ -187,24 +213,24 @@ func waitOutcome(t *testing.T, what string, led *outageLedger, done func() bool)
 	}
 }
 
-func (l *outageLedger) snapshot() [outageShards][phaseCount]outageCounts {
+func (l *outageLedger) snapshot() [][outageShards][phaseCount]outageCounts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.counts
+	return slices.Clone(l.counts)
 }
 
 // outageWriter places rows of shard (reserve + commit, no retry) on tgt
-// until stop, filing each outcome under the phase it started in.
-func outageWriter(st *sharded.Store, tgt authority.CreationTarget, shard, w int, phase *atomic.Int32, stop *atomic.Bool, led *outageLedger) {
+// until stop, filing each outcome under the stage it started in.
+func outageWriter(st *sharded.Store, tgt authority.CreationTarget, shard, w int, stage *atomic.Int32, stop *atomic.Bool, led *outageLedger) {
 	for i := 0; !stop.Load(); i++ {
 		id := fmt.Sprintf("s%d-w%d-%d", shard, w, i)
 		key, err := authority.EncodeKey(authority.ObjectUserSpot, id)
 		if err != nil || st.ShardOf(key) != shard {
 			continue
 		}
-		p := int(phase.Load())
+		at := int(stage.Load())
 		reserved, err := reserveCommitOnce(st, tgt, id, id+"-creating", id+"-ready")
-		led.record(shard, p, key, id+"-creating", id+"-ready", reserved, err)
+		led.record(at, shard, key, id+"-creating", id+"-ready", reserved, err)
 	}
 }
 
@@ -259,41 +285,54 @@ func requireReadBack(t *testing.T, st *sharded.Store, led *outageLedger) (lost i
 }
 
 // reportOutage prints the figure line and checks the outcomes.
-func reportOutage(t *testing.T, led *outageLedger, down int, outage time.Duration, lost int) {
+func reportOutage(t *testing.T, led *outageLedger, downs []int, outage time.Duration, lost int) {
 	t.Helper()
-	var acked, othersDuring, othersFailed, downFailed, downUnavailable, downUnknown int
-	for s := range outageShards {
-		for p := range phaseCount {
-			c := led.counts[s][p]
-			acked += c.acked
-			if s != down {
-				othersFailed += c.unavailable + c.unknown + c.other
-				if p == phaseOutage {
-					othersDuring += c.acked
+	var acked, othersDuring, othersFailed, recoveredFailed, downFailed, downUnavailable, downUnknown, inFlight int
+	for r, down := range downs {
+		refused := 0
+		for s := range outageShards {
+			for p := range phaseCount {
+				c := led.counts[r][s][p]
+				failed := c.unavailable + c.unknown + c.other
+				acked += c.acked
+				switch {
+				case s != down:
+					othersFailed += failed
+					if p == phaseOutage {
+						othersDuring += c.acked
+					}
+				case p == phaseAfter:
+					recoveredFailed += failed
+				default:
+					downFailed += failed
+					downUnavailable += c.unavailable
+					downUnknown += c.unknown
+					if p == phaseBefore {
+						inFlight += failed
+					} else {
+						refused += c.unavailable
+					}
 				}
-				continue
 			}
-			downFailed += c.unavailable + c.unknown + c.other
-			downUnavailable += c.unavailable
-			downUnknown += c.unknown
+			t.Logf("outage %d (shard %d down), shard %d: %+v", r, down, s, led.counts[r][s])
 		}
-	}
-	during := led.counts[down][phaseOutage]
-	t.Logf("shard-outage: shards=%d down-shard=%d outage-s=%.1f writers=%d acked=%d others-acked-during-outage=%d down-failed=%d (unavailable=%d unknown=%d) others-failed=%d lost=%d",
-		outageShards, down, outage.Seconds(), outageShards*outageWritersPerShard, acked, othersDuring, downFailed, downUnavailable, downUnknown, othersFailed, lost)
-	for s := range outageShards {
-		t.Logf("shard %d: %+v", s, led.counts[s])
+		if refused == 0 {
+			t.Errorf("outage %d: no write of the down shard %d was refused with ErrUnavailable", r, down)
+		}
 	}
 	for _, e := range led.unknownErrs {
 		t.Logf("unknown outcome: %s", e)
 	}
-	if othersFailed != 0 {
-		t.Errorf("%d writes of the shards that stayed up failed (first unexpected: %v)", othersFailed, led.firstOther)
+	t.Logf("shard-outage: shards=%d outages=%d down-shards=%v outage-s=%.1f writers=%d acked=%d others-acked-during-outage=%d down-failed=%d (unavailable=%d unknown=%d, in flight at the kill %d) others-failed=%d lost=%d",
+		outageShards, len(downs), downs, outage.Seconds(), outageShards*outageWritersPerShard, acked, othersDuring,
+		downFailed, downUnavailable, downUnknown, inFlight, othersFailed, lost)
+	if othersFailed != 0 || recoveredFailed != 0 {
+		t.Errorf("%d writes of the shards that stayed up and %d of a restarted shard failed (first untyped: %v)", othersFailed, recoveredFailed, led.firstOther)
 	}
 	if led.firstOther != nil {
 		t.Errorf("a write failed with an untyped error: %v", led.firstOther)
 	}
-	if during.unavailable == 0 {
-		t.Error("no write of the down shard was refused with ErrUnavailable during the outage")
+	if othersDuring == 0 {
+		t.Error("no write of another shard was acknowledged during an outage")
 	}
 }
