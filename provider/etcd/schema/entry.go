@@ -49,10 +49,14 @@ const (
 	// (ActiveVersion set) or a running process's announcement
 	// (Announcement set).
 	EntryStoreVersion
+	// EntryOwnerNode is an owner directory key (storeversion.FewerKeys): an
+	// owner lease generation (Owner) may hold placement keys on a node
+	// lifecycle (Node, Lifecycle). Its value is empty.
+	EntryOwnerNode
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version", "owner directory"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -76,6 +80,7 @@ var segments = map[EntryKind]string{
 	EntryBlob:            SegBlobs + "/",
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 	EntryStoreVersion:    SegStoreVersion + "/",
+	EntryOwnerNode:       SegOwnerNodes + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -108,14 +113,14 @@ type Entry struct {
 	Kind EntryKind
 
 	// Key is the authority key of a row, of an owner index entry and of a
-	// row's capacity entry.
+	// row's capacity entry (or placement key).
 	Key authority.Key
-	// Owner is the owner of a liveness key and of an owner index entry; for
-	// an owner generation, the owner with the last lease generation handed
-	// to it.
+	// Owner is the owner of a liveness key, of an owner index entry, of a
+	// placement key and of an owner directory key; for an owner
+	// generation, the owner with the last lease generation handed to it.
 	Owner authority.OwnerToken
 	// Node and Lifecycle are the node lifecycle of a liveness key, of a
-	// capacity entry and of a capacity epoch.
+	// capacity entry, of a capacity epoch and of an owner directory key.
 	Node      authority.NodeDescriptor
 	Lifecycle int64
 	// Fence is the aggregate of an aggregate record and of an aggregate's
@@ -272,6 +277,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeAggregate(rest, kv)
 	case EntryCapacityEpoch:
 		err = e.decodeCapacityEpoch(rest, kv)
+	case EntryOwnerNode:
+		err = e.decodeOwnerNode(rest, kv.Value)
 	case EntryStoreVersion:
 		err = e.decodeStoreVersion(namespace, kv)
 	case EntryBlob:
@@ -358,8 +365,9 @@ func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
 	return nil
 }
 
-// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
-// and capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>.
+// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>,
+// capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen> and a
+// placement key, capacity/<esc mesh>/<esc rid>/<lifecycle>/o/<esc owner>/<lease gen>/<authority key>.
 func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 	parts := strings.SplitN(rest, "/", 5)
 	if len(parts) != 5 {
@@ -382,6 +390,15 @@ func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 			return err
 		}
 		c.Aggregate = true
+	case capOwned:
+		owned := strings.SplitN(parts[4], "/", 3)
+		if len(owned) != 3 || owned[2] == "" {
+			return errBadKey
+		}
+		if e.Owner, err = parseOwner(owned[0], owned[1]); err != nil {
+			return err
+		}
+		e.Key = authority.Key(owned[2])
 	default:
 		return errBadKey
 	}

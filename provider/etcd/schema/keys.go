@@ -116,7 +116,7 @@ func (l Layout) CapacityAggregate(a authority.PlacementAllocation, f authority.F
 // read, listed and overwritten by it. New refuses such namespaces.
 var layoutSegments = []string{
 	SegRows, SegOwners, SegOwnerGens, SegOwnerRows, SegCapacity, SegCapacityEpochs,
-	SegReservations, SegTerminals, SegAggregates, SegBlobs, SegStoreVersion,
+	SegReservations, SegTerminals, SegAggregates, SegBlobs, SegStoreVersion, SegOwnerNodes,
 }
 
 // ValidateNamespace checks that ns ends in "/", holds no NUL and has no path

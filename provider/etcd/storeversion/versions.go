@@ -57,11 +57,28 @@ const (
 	// and every Txn that writes it compares the active version (fence).
 	CompactFormat Version = 3
 
+	// FewerKeys (a stored format): fewer keys per row (docs/design-etcd.md,
+	// "Fewer keys per row"). A row's capacity entry is its one placement
+	// key, under its node lifecycle's capacity range and named by its owner
+	// (capacity/<node>/<lifecycle>/o/<owner>/<generation>/<key>), which
+	// also serves as the owner index, with a directory key per owner lease
+	// generation and node lifecycle (owner-nodes/); a commit writes no
+	// reservation terminal (the active row keeps the reservation that
+	// committed it until the retention ends, and a delete within it writes
+	// the terminal then); a creation completion writes none either, and its
+	// creation terminal is compact (protobuf, the envelope without its
+	// digest, the operation read from the key). Every build from this one
+	// reads both layouts; a build before it refuses a row, placement key or
+	// terminal of this version as ErrCorrupt, so they are written only once
+	// the namespace is finalized here, fenced on the active version as
+	// compact writes are.
+	FewerKeys Version = 4
+
 	// NextPretend is a change that exists only in test builds (build tag
 	// authority_next): a row field (schema's rowNext, "nx") and a fence
 	// rule (a row write also compares the namespace's active version). It
 	// proves the mechanism with a version the released build cannot read.
-	NextPretend Version = 4
+	NextPretend Version = 5
 )
 
 // MinSupported is the oldest active version this build works at.
@@ -80,6 +97,7 @@ var names = []struct {
 	{Base, "Base"},
 	{TokenFollowsOwner, "TokenFollowsOwner"},
 	{CompactFormat, "CompactFormat"},
+	{FewerKeys, "FewerKeys"},
 	{NextPretend, "NextPretend"},
 }
 

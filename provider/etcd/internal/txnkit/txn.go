@@ -50,19 +50,15 @@ type Txn struct {
 // Cmp adds the compare c.
 func (t *Txn) Cmp(c clientv3.Cmp) {
 	t.Cmps = append(t.Cmps, c)
-	t.Bytes += len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead
+	t.Bytes += cmpBytes(c)
 }
 
 // CmpOnce adds c unless the Txn holds the same compare already (a fence
 // several of its writes ask for).
 func (t *Txn) CmpOnce(c clientv3.Cmp) {
-	id := cmpID(&c)
-	for i := range t.Cmps {
-		if cmpID(&t.Cmps[i]) == id {
-			return
-		}
+	if !t.hasCmp(&c) {
+		t.Cmp(c)
 	}
-	t.Cmp(c)
 }
 
 // Put adds a put of value at key. A key written twice in one Txn is a bug
@@ -146,6 +142,55 @@ func (t *Txn) Merge(one *Txn) {
 	}
 	t.Alone = t.Alone || one.Alone
 }
+
+// MergeOnce appends one's conditions, writes and Else reads to t, as
+// Merge does, keeping one copy of a compare t holds already (CmpOnce: a
+// fence several writes ask for).
+func (t *Txn) MergeOnce(one *Txn) {
+	c := *one
+	c.Cmps = nil
+	for i := range one.Cmps {
+		if t.hasCmp(&one.Cmps[i]) {
+			c.Bytes -= cmpBytes(one.Cmps[i])
+			continue
+		}
+		c.Cmps = append(c.Cmps, one.Cmps[i])
+	}
+	t.Merge(&c)
+	t.Els = append(t.Els, one.Els...)
+}
+
+// Fits reports whether t with one merged in (MergeOnce) fits l.
+func (l Limits) Fits(t, one *Txn) bool {
+	cmps, bytes := len(t.Cmps), t.Bytes+one.Bytes
+	for i := range one.Cmps {
+		if t.hasCmp(&one.Cmps[i]) {
+			bytes -= cmpBytes(one.Cmps[i])
+			continue
+		}
+		cmps++
+	}
+	touches := len(t.Touches)
+	for _, k := range one.Touches {
+		if !slices.Contains(t.Touches, k) {
+			touches++
+		}
+	}
+	ops := max(cmps, len(t.Then)+len(one.Then)+touches, len(t.Els)+len(one.Els))
+	return ops <= l.MaxOps && bytes <= l.MaxBytes
+}
+
+func (t *Txn) hasCmp(c *clientv3.Cmp) bool {
+	id := cmpID(c)
+	for i := range t.Cmps {
+		if cmpID(&t.Cmps[i]) == id {
+			return true
+		}
+	}
+	return false
+}
+
+func cmpBytes(c clientv3.Cmp) int { return len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead }
 
 // Ops is the number etcd compares against --max-txn-ops.
 func (t *Txn) Ops() int { return max(len(t.Cmps), len(t.Then)+len(t.Touches), len(t.Els)) }
