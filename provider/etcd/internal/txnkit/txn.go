@@ -190,7 +190,9 @@ func (t *Txn) hasCmp(c *clientv3.Cmp) bool {
 	return false
 }
 
-func cmpBytes(c clientv3.Cmp) int { return len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead }
+func cmpBytes(c clientv3.Cmp) int {
+	return len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead
+}
 
 // Ops is the number etcd compares against --max-txn-ops.
 func (t *Txn) Ops() int { return max(len(t.Cmps), len(t.Then)+len(t.Touches), len(t.Els)) }
