@@ -87,6 +87,10 @@ func goldenValues() map[string]string {
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),
 		"capacity-entry.v2-compact": EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
+		// storeversion.FewerKeys: a row with its placement flag and the
+		// reservation that committed it, and the compact creation terminal
+		"row-active-committed.v4-fewer-keys": goldenCommittedRow().EncodeAt(storeversion.FewerKeys),
+		"creation-terminal.v4-fewer-keys":    EncodeTerminalAt(storeversion.FewerKeys, goldenCompactTerminal()),
 	}
 }
 
@@ -117,6 +121,15 @@ func TestStoredFormatGolden(t *testing.T) {
 	term, err := DecodeTerminal(kv(v["creation-terminal"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenTerminal(), term)
+	committed, err := DecodeRow("user_spot/room-1", kv(v["row-active-committed.v4-fewer-keys"]))
+	require.NoError(t, err)
+	require.True(t, committed.PlacementKey)
+	require.Equal(t, goldenCommittedRow().Committed.ID, committed.Committed.ID)
+	require.True(t, goldenCommittedRow().Committed.Until.Equal(committed.Committed.Until))
+	compact, err := DecodeTerminal(&mvccpb.KeyValue{Key: []byte(NewLayout("/ns/").Terminal(goldenTerminal().Operation)),
+		Value: []byte(v["creation-terminal.v4-fewer-keys"])})
+	require.NoError(t, err)
+	require.Equal(t, goldenCompactTerminal(), compact)
 	agg, err := DecodeAggregate(kv(v["aggregate-committed"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenAggregate(AggregateCommitted), agg)
