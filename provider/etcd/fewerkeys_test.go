@@ -261,9 +261,13 @@ func TestDeletedRowKeepsAnsweringItsCommit(t *testing.T) {
 	require.Equal(t, authority.KindAlreadyCommitted, res.Kind)
 	conformance.RequireSameRow(t, ready2, res.Ready)
 
-	// after the retention a delete writes nothing
+	// after the retention a rewrite drops the ended answer, and a delete
+	// writes nothing
+	require.NotNil(t, placedRow(t, ns, r2.Key).Committed)
 	clock.Advance(s.RecordRetention())
-	fx.Delete(r2.Key, ready2.StoreVersion)
+	put := fx.Put(r2.Key, ready2.StoreVersion, []byte("later"))
+	require.Nil(t, placedRow(t, ns, r2.Key).Committed, "a rewrite after the retention keeps no ended answer")
+	fx.Delete(r2.Key, put.StoreVersion)
 	require.Nil(t, terminal(r2.Res.ReservationID))
 
 	// RemoveAllByOwner
