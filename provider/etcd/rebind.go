@@ -9,6 +9,7 @@ import (
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -176,7 +177,7 @@ func (rb *rebinder) dropDirectory(ctx context.Context) {
 // returns at the index's end or on an error.
 func (rb *rebinder) read(ctx context.Context, prefix string, chunks chan<- []*rebindRow) error {
 	s := rb.s
-	per := max(1, s.maxOps/3)
+	per := rb.rowsPerTxn()
 	var chunk []*rebindRow
 	emit := func(all bool) error {
 		for len(chunk) >= per || (all && len(chunk) > 0) {
@@ -249,6 +250,19 @@ func (rb *rebinder) move(ctx context.Context, pending []*rebindRow) error {
 		pending = append(again, pending[n:]...)
 	}
 	return nil
+}
+
+// rowsPerTxn is how many rows a Txn moves (a chunk of the reader's): 3
+// operations a row (the row, its owner index entry or placement key deleted
+// and put), and from storeversion.FewerKeys on the node's capacity epoch and
+// the new generation's directory key once. A row of the earlier layout
+// taking a placement key costs one more (its owner index entry deleted), so
+// while rows move to the new layout a chunk may take two Txns.
+func (rb *rebinder) rowsPerTxn() int {
+	if rb.s.atLeast(storeversion.FewerKeys) {
+		return max(1, (rb.s.maxOps-2)/3)
+	}
+	return max(1, rb.s.maxOps/3)
 }
 
 // build returns the Txn moving the first n rows of pending: as many as fit

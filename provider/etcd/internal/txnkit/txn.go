@@ -45,12 +45,19 @@ type Txn struct {
 	Alone bool
 
 	seen map[string]bool // keys written by Then (etcd refuses duplicates)
+	// cmpIndex holds the identity of every compare in Cmps once hasCmp
+	// needed it (kept by Cmp and Merge; a compare appended to Cmps
+	// directly is missing from it, which at worst sends it twice)
+	cmpIndex map[string]bool
 }
 
 // Cmp adds the compare c.
 func (t *Txn) Cmp(c clientv3.Cmp) {
 	t.Cmps = append(t.Cmps, c)
 	t.Bytes += cmpBytes(c)
+	if t.cmpIndex != nil {
+		t.cmpIndex[cmpID(&c)] = true
+	}
 }
 
 // CmpOnce adds c unless the Txn holds the same compare already (a fence
@@ -120,7 +127,7 @@ func (t *Txn) OrGet(key string, opts ...clientv3.OpOption) {
 // Clone returns a copy of t that can be extended without changing t.
 func (t *Txn) Clone() *Txn {
 	c := &Txn{Cmps: slices.Clone(t.Cmps), Then: slices.Clone(t.Then), Els: slices.Clone(t.Els), Bytes: t.Bytes,
-		Touches: slices.Clone(t.Touches), Alone: t.Alone}
+		Touches: slices.Clone(t.Touches), Alone: t.Alone, cmpIndex: maps.Clone(t.cmpIndex)}
 	if t.seen != nil {
 		c.seen = maps.Clone(t.seen)
 	}
@@ -131,6 +138,11 @@ func (t *Txn) Clone() *Txn {
 // both write panics as in Put).
 func (t *Txn) Merge(one *Txn) {
 	t.Cmps = append(t.Cmps, one.Cmps...)
+	if t.cmpIndex != nil {
+		for i := range one.Cmps {
+			t.cmpIndex[cmpID(&one.Cmps[i])] = true
+		}
+	}
 	for _, op := range one.Then {
 		t.mark(string(op.KeyBytes()))
 	}
@@ -148,7 +160,7 @@ func (t *Txn) Merge(one *Txn) {
 // fence several writes ask for).
 func (t *Txn) MergeOnce(one *Txn) {
 	c := *one
-	c.Cmps = nil
+	c.Cmps, c.cmpIndex = nil, nil
 	for i := range one.Cmps {
 		if t.hasCmp(&one.Cmps[i]) {
 			c.Bytes -= cmpBytes(one.Cmps[i])
@@ -181,13 +193,22 @@ func (l Limits) Fits(t, one *Txn) bool {
 }
 
 func (t *Txn) hasCmp(c *clientv3.Cmp) bool {
-	id := cmpID(c)
-	for i := range t.Cmps {
-		if cmpID(&t.Cmps[i]) == id {
-			return true
+	if t.cmpIndex == nil && len(t.Cmps) < 16 { // a Txn of one operation: no index
+		id := cmpID(c)
+		for i := range t.Cmps {
+			if cmpID(&t.Cmps[i]) == id {
+				return true
+			}
+		}
+		return false
+	}
+	if t.cmpIndex == nil {
+		t.cmpIndex = make(map[string]bool, len(t.Cmps))
+		for i := range t.Cmps {
+			t.cmpIndex[cmpID(&t.Cmps[i])] = true
 		}
 	}
-	return false
+	return t.cmpIndex[cmpID(c)]
 }
 
 func cmpBytes(c clientv3.Cmp) int {
