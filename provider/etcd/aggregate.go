@@ -17,8 +17,10 @@ import (
 
 // aggregateOpsPerParticipant is the most operations one participant adds to
 // the commit Txn (newOwner: row, two capacity entries, two owner index
-// entries); the Txn also writes the record, the aggregate's capacity, the
-// target's capacity epoch and the epoch of each node a participant leaves.
+// entries; or, from storeversion.FewerKeys on, row, two placement keys and
+// at most one owner index entry deleted); the Txn also writes the record,
+// the aggregate's capacity, the target's capacity epoch and owner directory
+// key (FewerKeys), and the epoch of each node a participant leaves.
 const aggregateOpsPerParticipant = 5
 
 // prepareAggregate checks the participants and reserves the target's
@@ -323,8 +325,8 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 	// compares: a row, its row lock and at most one owner liveness per
 	// participant, the record and the target's liveness; ops: see
 	// aggregateOpsPerParticipant.
-	commitOps := max(3*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
-	prepareOps := 2*n + 3 + s.fenceCmps()
+	commitOps := max(3*n+2, aggregateOpsPerParticipant*n+4+sourceNodes)
+	prepareOps := 2*n + 4 + s.fenceCmps()
 	for _, c := range []struct {
 		t   *txnkit.Txn
 		ops int
@@ -586,13 +588,13 @@ func (s *Store) rewriteParticipant(t *txnkit.Txn, req *authority.AggregatePrepar
 	return n
 }
 
-// moveToTarget writes n, the row r at rowKey moved to req's target owner and node: the
-// row, its capacity entry and its owner index entry.
+// moveToTarget writes n, the row r at rowKey moved to req's target owner
+// and node: the row, and where its capacity is held (placement.go: its
+// capacity entry and owner index entry, or its placement key, each moved
+// when its key changes).
 func (s *Store) moveToTarget(t *txnkit.Txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *schema.Row) {
-	n.Owner = req.TargetOwner
-	n.Alloc = r.Alloc.Clone()
-	n.Alloc.Descriptor = req.TargetDescriptor
-	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
+	m := s.moved(t, r, req.TargetOwner, req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration)
+	n.Owner, n.Alloc, n.PlacementKey = m.Owner, m.Alloc, m.PlacementKey
 	n.OwnerGen = 0 // every newOwner transition (as the seed's ++ownerGeneration): this write's revision
 	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
 		// a new owner or owner lease (or, before TokenFollowsOwner, any
@@ -601,16 +603,7 @@ func (s *Store) moveToTarget(t *txnkit.Txn, req *authority.AggregatePrepareReque
 		n.Token = 0
 	}
 	t.Put(rowKey, s.rowValue(t, n))
-	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
-		t.Del(oldCap)
-		t.Put(newCap, s.capacityValue(t, n.Alloc.State, n.Alloc.Capacity))
-		s.touchCapacity(t, r.Alloc)
-		s.touchCapacity(t, n.Alloc)
-	}
-	if oldIdx, newIdx := s.keys.OwnerRow(r.Owner, r.Key), s.keys.OwnerRow(n.Owner, r.Key); oldIdx != newIdx {
-		t.Del(oldIdx)
-		t.Put(newIdx, "")
-	}
+	s.replace(t, r, n)
 }
 
 // aggregateCommitFailed answers a commit whose Txn failed: the record now

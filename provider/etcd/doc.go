@@ -15,12 +15,19 @@
 //	                                                owner liveness key, attached to the owner's lease
 //	ns/owner-gens/<esc owner>                       last lease generation handed to the owner
 //	ns/owner-rows/<esc owner>/<lease gen>/<authority key>
-//	                                                owner index (empty value)
+//	                                                owner index (empty value) of a row placed before
+//	                                                store version FewerKeys
+//	ns/owner-nodes/<esc owner>/<lease gen>/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                owner directory (empty value, FewerKeys): the owner
+//	                                                may hold placement keys on that node lifecycle
 //	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
 //	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>
+//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/o/<esc owner>/<lease gen>/<authority key>
 //	                                                capacity index: one entry per row or aggregate,
 //	                                                value = its state (reserved or active) and the
-//	                                                capacity vector it holds
+//	                                                capacity vector it holds; a row placed from
+//	                                                FewerKeys on has the o/ one, its placement key,
+//	                                                which is also its owner index
 //	ns/capacity-epochs/<esc mesh>/<esc rid>/<lifecycle>
 //	                                                capacity epoch (empty value): put by every Txn
 //	                                                that changes a capacity entry of the node

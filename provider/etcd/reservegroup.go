@@ -445,7 +445,7 @@ func (g *groupRun) admit(i int, r *groupRound, admittedKeys map[authority.Key]bo
 		}
 		return decideDeferred
 	}
-	r.t.Merge(one)
+	r.t.MergeOnce(one) // one copy of the active-version fence every reservation carries
 	admittedKeys[w.res.key] = true
 	r.admitted = append(r.admitted, i)
 	return decideAdmitted

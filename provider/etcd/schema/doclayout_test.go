@@ -65,6 +65,7 @@ func TestPackageDocKeyLayout(t *testing.T) {
 		l.Reservation("r-1"), l.Terminal(op), l.Aggregate(fence), l.Blob("0b2c"),
 		l.ActiveVersion(), l.Announcement(0x1234), l.BudgetSlice(node, 1), l.BudgetLedger(node, 1),
 		l.RowLock(key), l.AggregatePart(fence),
+		l.Placement(alloc, owner, key), l.OwnerNode(owner, node, 1),
 	} {
 		if !slices.ContainsFunc(patterns, func(p *regexp.Regexp) bool { return p.MatchString(built) }) {
 			t.Errorf("key %q matches no line of doc.go's key layout %q", built, lines)

@@ -62,11 +62,15 @@ const (
 	// EntryShardMap is the shard map of a store over several etcd
 	// clusters (ShardMap set).
 	EntryShardMap
+	// EntryOwnerNode is an owner directory key (storeversion.FewerKeys): an
+	// owner lease generation (Owner) may hold placement keys on a node
+	// lifecycle (Node, Lifecycle). Its value is empty.
+	EntryOwnerNode
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
 	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version",
-	"capacity escrow", "row lock", "aggregate part", "shard map"}
+	"capacity escrow", "row lock", "aggregate part", "shard map", "owner directory"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -94,6 +98,7 @@ var segments = map[EntryKind]string{
 	EntryRowLock:         SegRowLocks + "/",
 	EntryAggregatePart:   SegAggregateParts + "/",
 	EntryShardMap:        SegShardMap + "/",
+	EntryOwnerNode:       SegOwnerNodes + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -126,14 +131,14 @@ type Entry struct {
 	Kind EntryKind
 
 	// Key is the authority key of a row, of an owner index entry and of a
-	// row's capacity entry.
+	// row's capacity entry (or placement key).
 	Key authority.Key
-	// Owner is the owner of a liveness key and of an owner index entry; for
-	// an owner generation, the owner with the last lease generation handed
-	// to it.
+	// Owner is the owner of a liveness key, of an owner index entry, of a
+	// placement key and of an owner directory key; for an owner
+	// generation, the owner with the last lease generation handed to it.
 	Owner authority.OwnerToken
 	// Node and Lifecycle are the node lifecycle of a liveness key, of a
-	// capacity entry and of a capacity epoch.
+	// capacity entry, of a capacity epoch and of an owner directory key.
 	Node      authority.NodeDescriptor
 	Lifecycle int64
 	// Fence is the aggregate of an aggregate record and of an aggregate's
@@ -299,6 +304,8 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeAggregate(rest, kv)
 	case EntryCapacityEpoch:
 		err = e.decodeCapacityEpoch(rest, kv)
+	case EntryOwnerNode:
+		err = e.decodeOwnerNode(rest, kv.Value)
 	case EntryStoreVersion:
 		err = e.decodeStoreVersion(namespace, kv)
 	case EntryEscrow:
@@ -397,8 +404,9 @@ func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
 	return nil
 }
 
-// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
-// and capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>.
+// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>,
+// capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen> and a
+// placement key, capacity/<esc mesh>/<esc rid>/<lifecycle>/o/<esc owner>/<lease gen>/<authority key>.
 func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 	parts := strings.SplitN(rest, "/", 5)
 	if len(parts) != 5 {
@@ -421,6 +429,15 @@ func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 			return err
 		}
 		c.Aggregate = true
+	case capOwned:
+		owned := strings.SplitN(parts[4], "/", 3)
+		if len(owned) != 3 || owned[2] == "" {
+			return errBadKey
+		}
+		if e.Owner, err = parseOwner(owned[0], owned[1]); err != nil {
+			return err
+		}
+		e.Key = authority.Key(owned[2])
 	default:
 		return errBadKey
 	}

@@ -112,6 +112,10 @@ func goldenValues() map[string]string {
 		"aggregate-prepared.v4-cross-shard": goldenCrossShard(AggregatePrepared).Encode(),
 		"row-lock":                          goldenRowLock().Encode(),
 		"aggregate-part":                    AggregatePart{Incarnation: "0123456789abcdef", Tokens: map[authority.Key]int64{"actor/a1": 0}}.Encode(),
+		// storeversion.FewerKeys: a row with its placement flag and the
+		// reservation that committed it, and the compact creation terminal
+		"row-active-committed.v5-fewer-keys": goldenCommittedRow().EncodeAt(storeversion.FewerKeys),
+		"creation-terminal.v5-fewer-keys":    EncodeTerminalAt(storeversion.FewerKeys, goldenCompactTerminal()),
 	}
 }
 
@@ -142,6 +146,15 @@ func TestStoredFormatGolden(t *testing.T) {
 	term, err := DecodeTerminal(kv(v["creation-terminal"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenTerminal(), term)
+	committed, err := DecodeRow("user_spot/room-1", kv(v["row-active-committed.v5-fewer-keys"]))
+	require.NoError(t, err)
+	require.True(t, committed.PlacementKey)
+	require.Equal(t, goldenCommittedRow().Committed.ID, committed.Committed.ID)
+	require.True(t, goldenCommittedRow().Committed.Until.Equal(committed.Committed.Until))
+	compact, err := DecodeTerminal(&mvccpb.KeyValue{Key: []byte(NewLayout("/ns/").Terminal(goldenTerminal().Operation)),
+		Value: []byte(v["creation-terminal.v5-fewer-keys"])})
+	require.NoError(t, err)
+	require.Equal(t, goldenCompactTerminal(), compact)
 	agg, err := DecodeAggregate(kv(v["aggregate-committed"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenAggregate(AggregateCommitted), agg)

@@ -70,6 +70,13 @@ func FuzzDecodeRow(f *testing.F) {
 	f.Add([]byte(r.EncodeAt(storeversion.CompactFormat)), int64(7), int64(5))
 	f.Add([]byte(moved.EncodeAt(storeversion.CompactFormat)), int64(9), int64(5))
 	f.Add([]byte(active.EncodeAt(storeversion.CompactFormat)), int64(1), int64(1))
+	// the fields of storeversion.FewerKeys
+	placed := active
+	placed.PlacementKey = true
+	placed.Committed = &CommittedReservation{ID: "5f2b7c1e-8d3a-4b6f-9e0c-1a2b3c4d5e6f", Until: time.Unix(1893456000, 7).UTC()}
+	f.Add([]byte(placed.EncodeAt(storeversion.FewerKeys)), int64(3), int64(1))
+	placed.Committed = &CommittedReservation{ID: "r-1", Until: time.Unix(-5, 0).UTC()}
+	f.Add([]byte(placed.EncodeAt(storeversion.FewerKeys)), int64(3), int64(1))
 	f.Add([]byte{rowFormatCompact, 0}, int64(1), int64(1))
 	f.Add([]byte{rowFormatCompact, 2, 0x28, 0x07}, int64(1), int64(1))
 	f.Fuzz(func(t *testing.T, value []byte, modRev, createRev int64) {
@@ -112,7 +119,7 @@ func FuzzRowRoundTrip(f *testing.F) {
 		for _, s := range []string{ownerID, mesh, rid, stable, kind, reservation, ref} {
 			validText = validText && utf8.ValidString(s)
 		}
-		for _, ver := range []storeversion.Version{storeversion.Base, storeversion.CompactFormat} {
+		for _, ver := range []storeversion.Version{storeversion.Base, storeversion.CompactFormat, storeversion.FewerKeys} {
 			if ver == storeversion.Base && !validText {
 				continue // invalid UTF-8 text does not survive the JSON row metadata of format 1
 			}
@@ -144,6 +151,12 @@ func roundTripRow(t *testing.T, ver storeversion.Version, ownerID string, lease 
 		}
 		if reserved {
 			r.Alloc.State = authority.AllocationReserved
+		}
+		if ver >= storeversion.FewerKeys { // placed by its placement key; an active row names its commit
+			r.PlacementKey = reserved != pending
+			if !reserved {
+				r.Committed = &CommittedReservation{ID: reservation, Until: time.Unix(lease, 1).UTC()}
+			}
 		}
 		if pending {
 			r.Pending = &authority.PendingCreation{ReservationID: reservation, RequestContentReference: ref, RequestSHA256: sha, RequestEncodedSize: int64(len(sha))}
@@ -200,6 +213,11 @@ func FuzzDecodeRecords(f *testing.F) {
 	f.Add([]byte(cross.Encode()))
 	f.Add([]byte(RowLock{Fence: authority.Fence{AggregateID: "agg-1", AggregateGeneration: 1}, Incarnation: "0a", Attempt: "0b", Base: 3}.Encode()))
 	f.Add([]byte(AggregatePart{Incarnation: "0a", Tokens: map[authority.Key]int64{"actor/a1": 0, "actor/b1": 9}}.Encode()))
+	f.Add([]byte(EncodeTerminalAt(storeversion.FewerKeys, &authority.TerminalRecord{
+		State: authority.TerminalRejected, ReservationID: "5f2b7c1e-8d3a-4b6f-9e0c-1a2b3c4d5e6f", ObjectKind: authority.ObjectActor,
+		TerminalEnvelope: []byte("env"), ExpiresAt: expires, StoreNow: expires,
+	})))
+	f.Add([]byte("\x00\x02\x08\x01"))
 	f.Add([]byte(`{"e":"2030-01-02T03:04:05+01:00","now":"0001-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"e":"not a time"}`))
 	f.Add([]byte{0x0f, 0xff, 0x81, 0x03, 0x01, 0x01})
@@ -221,12 +239,22 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		}
 
-		if r, err := DecodeTerminal(kv(value)); err != nil {
+		// a creation terminal's key names its operation (the compact
+		// format reads it from there); re-encoded in the format it was read
+		// in
+		term := func(v []byte) *mvccpb.KeyValue {
+			return &mvccpb.KeyValue{Key: []byte("/ns/terminals/src/1/00000000000000010000000000000002"), Value: v}
+		}
+		if r, err := DecodeTerminal(term(value)); err != nil {
 			requireCorrupt(t, "decodeTerminal", err)
 		} else {
-			enc := EncodeTerminal(r)
-			again, err := DecodeTerminal(kv([]byte(enc)))
-			if err != nil || EncodeTerminal(again) != enc {
+			ver := storeversion.Base
+			if len(value) > 0 && value[0] == 0 {
+				ver = storeversion.FewerKeys
+			}
+			enc := EncodeTerminalAt(ver, r)
+			again, err := DecodeTerminal(term([]byte(enc)))
+			if err != nil || EncodeTerminalAt(ver, again) != enc {
 				t.Fatalf("terminal %q re-encodes to %q, then %v", value, enc, err)
 			}
 		}
@@ -289,6 +317,11 @@ func storableRow(r *Row) error {
 	}
 	if p := r.Pending; p != nil {
 		if err := authority.RequireText(p.ReservationID, "reservation"); err != nil {
+			return err
+		}
+	}
+	if c := r.Committed; c != nil {
+		if err := authority.RequireText(c.ID, "committed reservation"); err != nil {
 			return err
 		}
 	}

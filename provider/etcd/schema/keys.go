@@ -117,7 +117,7 @@ func (l Layout) CapacityAggregate(a authority.PlacementAllocation, f authority.F
 var layoutSegments = []string{
 	SegRows, SegOwners, SegOwnerGens, SegOwnerRows, SegCapacity, SegCapacityEpochs,
 	SegReservations, SegTerminals, SegAggregates, SegBlobs, SegStoreVersion, SegEscrow,
-	SegRowLocks, SegAggregateParts, SegShardMap,
+	SegRowLocks, SegAggregateParts, SegShardMap, SegOwnerNodes,
 }
 
 // ValidateNamespace checks that ns ends in "/", holds no NUL and has no path

@@ -106,6 +106,9 @@ func (w *rowWire) check() error {
 			return errors.New("negative request size")
 		}
 	}
+	if w.Committed != nil && w.State != string(authority.AllocationActive) {
+		return errors.New("a reserved row names the reservation that committed it")
+	}
 	return w.Capacity.check()
 }
 

@@ -3,4 +3,4 @@
 package storeversion
 
 // latest is Latest in a released build.
-const latest = RowLocks
+const latest = FewerKeys

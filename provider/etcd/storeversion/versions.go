@@ -68,11 +68,28 @@ const (
 	// every Txn that writes a row lock compares the active version.
 	RowLocks Version = 4
 
+	// FewerKeys (a stored format): fewer keys per row (docs/design-etcd.md,
+	// "Fewer keys per row"). A row's capacity entry is its one placement
+	// key, under its node lifecycle's capacity range and named by its owner
+	// (capacity/<node>/<lifecycle>/o/<owner>/<generation>/<key>), which
+	// also serves as the owner index, with a directory key per owner lease
+	// generation and node lifecycle (owner-nodes/); a commit writes no
+	// reservation terminal (the active row keeps the reservation that
+	// committed it until the retention ends, and a delete within it writes
+	// the terminal then); a creation completion writes none either, and its
+	// creation terminal is compact (protobuf, the envelope without its
+	// digest, the operation read from the key). Every build from this one
+	// reads both layouts; a build before it refuses a row, placement key or
+	// terminal of this version as ErrCorrupt, so they are written only once
+	// the namespace is finalized here, fenced on the active version as
+	// compact writes are.
+	FewerKeys Version = 5
+
 	// NextPretend is a change that exists only in test builds (build tag
 	// authority_next): a row field (schema's rowNext, "nx") and a fence
 	// rule (a row write also compares the namespace's active version). It
 	// proves the mechanism with a version the released build cannot read.
-	NextPretend Version = 5
+	NextPretend Version = 6
 )
 
 // MinSupported is the oldest active version this build works at.
@@ -92,6 +109,7 @@ var names = []struct {
 	{TokenFollowsOwner, "TokenFollowsOwner"},
 	{CompactFormat, "CompactFormat"},
 	{RowLocks, "RowLocks"},
+	{FewerKeys, "FewerKeys"},
 	{NextPretend, "NextPretend"},
 }
 
