@@ -43,8 +43,10 @@ type shard2PCTally struct {
 }
 
 // shard2PCBench is the clusters the trials share and the other store
-// instance: a sharded store over them and a two-phase coordinator over its
-// shards, which finishes what each killed process left.
+// instance: a sharded store over them (its shard map and key placement) and
+// a two-phase coordinator over its shards' stores, which finishes what each
+// killed process left. Rows are written and read through the shards'
+// stores, whose row versions the coordinator compares.
 type shard2PCBench struct {
 	clusters  []*etcdcluster.Cluster
 	ns        string
@@ -165,7 +167,10 @@ func (b *shard2PCBench) scenario(t *testing.T) *shard2PCScenario {
 	for s := range shards {
 		id := idsInShard(t, b.st.ShardOf, authority.ObjectUserSpot, fmt.Sprintf("a%d-s%d-", n, s), s, 1)[0]
 		key := objectKey(t, authority.ObjectUserSpot, id)
-		row := placeActiveSharded(t, b.st, conformance.TargetA, id)
+		row, err := placeActive(b.st.Shard(s), conformance.TargetA, id)
+		if err != nil {
+			t.Fatal(err)
+		}
 		sc.keys, sc.before[key] = append(sc.keys, key), row
 		transition := authority.TransitionPreserve
 		if s == n/shards%shards {
@@ -180,24 +185,6 @@ func (b *shard2PCBench) scenario(t *testing.T) *shard2PCScenario {
 
 // payloadOf is the payload an aggregate gives the row at key.
 func payloadOf(key authority.Key) []byte { return []byte("aggregate:" + string(key)) }
-
-// placeActiveSharded reserves and commits a User Spot on tgt and returns
-// its active row.
-func placeActiveSharded(t *testing.T, st *sharded.Store, tgt authority.CreationTarget, id string) *authority.Snapshot {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	req := reserveRequest(authority.ObjectUserSpot, id, tgt, id+"-creating")
-	res, err := st.Reserve(ctx, req)
-	if err != nil || res.Kind != authority.KindReserved {
-		t.Fatalf("reserve %s: %v %v", id, res.Kind, err)
-	}
-	c, err := st.Commit(ctx, reservation{req: req, id: res.ReservationID, row: res.Creating}.commit(id+"-ready"))
-	if err != nil || c.Kind != authority.KindCommitted {
-		t.Fatalf("commit %s: %v %v", id, c.Kind, err)
-	}
-	return c.Ready
-}
 
 // trial runs one trial and reports whether the process was killed and, when
 // it was not, how many steps it made.
@@ -375,7 +362,7 @@ func (b *shard2PCBench) partial(t *testing.T, sc *shard2PCScenario, committed bo
 	t.Helper()
 	applied := 0
 	for _, key := range sc.keys {
-		res := mustReadSharded(t, b.st, key)
+		res := mustRead(t, b.st.Shard(b.st.ShardOf(key)), key)
 		if res.Kind != authority.KindSnapshot {
 			t.Fatalf("row %s: %s", key, res.Kind)
 		}
@@ -396,18 +383,6 @@ func (b *shard2PCBench) partial(t *testing.T, sc *shard2PCScenario, committed bo
 		return true
 	}
 	return applied != want
-}
-
-// mustReadSharded reads key through st (retrying faults).
-func mustReadSharded(t *testing.T, st *sharded.Store, key authority.Key) authority.ReadResult {
-	t.Helper()
-	var out authority.ReadResult
-	eventually(t, "read", func(ctx context.Context) error {
-		var err error
-		out, err = st.ReadAuthority(ctx, key)
-		return err
-	})
-	return out
 }
 
 // requireCapacity requires every node's Spot capacity, summed over the
