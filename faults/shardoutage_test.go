@@ -234,7 +234,7 @@ func outageWriter(st *sharded.Store, tgt authority.CreationTarget, shard, w int,
 	}
 }
 
-// reserveCommitOnce reserves and commits a User Spot within
+// reserveCommitOnce reserves and commits a User Spot, each call within
 // outageWriteTimeout; reserved says the reservation was acknowledged.
 func reserveCommitOnce(st *sharded.Store, tgt authority.CreationTarget, id, creating, ready string) (reserved bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), outageWriteTimeout)
@@ -247,7 +247,9 @@ func reserveCommitOnce(st *sharded.Store, tgt authority.CreationTarget, id, crea
 	if res.Kind != authority.KindReserved {
 		return false, fmt.Errorf("reserve %s: %s", id, res.Kind)
 	}
-	c, err := st.Commit(ctx, reservation{req: req, id: res.ReservationID, row: res.Creating}.commit(ready))
+	cctx, ccancel := context.WithTimeout(context.Background(), outageWriteTimeout)
+	defer ccancel()
+	c, err := st.Commit(cctx, reservation{req: req, id: res.ReservationID, row: res.Creating}.commit(ready))
 	if err != nil {
 		return true, err
 	}
