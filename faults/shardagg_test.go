@@ -88,7 +88,7 @@ type shard2PCTrial struct {
 // owner as its outcome says, and in the end every node's capacity exactly
 // what the committed aggregates moved. It prints
 //
-//	aggregate-2pc: processes=… trials=… partial=0 committed=… not-committed=… killed=… finished-by-other=… steps=commit:12,abort:9
+//	aggregate-2pc: trials=… partial=0 processes=… committed=… not-committed=… killed=… finished-by-other=… steps=commit:12,abort:9
 func TestShardAggregateKilledProcess(t *testing.T) {
 	b := newShard2PCBench(t)
 	y := &shard2PCTally{steps: map[string]int{}}
@@ -112,8 +112,8 @@ func TestShardAggregateKilledProcess(t *testing.T) {
 		}
 	}
 	b.requireCapacity(t, y)
-	t.Logf("aggregate-2pc: processes=%d trials=%d partial=%d committed=%d not-committed=%d killed=%d finished-by-other=%d steps=commit:%d,abort:%d",
-		y.trials, y.trials, y.partial, y.committed, y.notCommitted, y.killed, y.finishedByOther, y.steps["commit"], y.steps["abort"])
+	t.Logf("aggregate-2pc: trials=%d partial=%d processes=%d committed=%d not-committed=%d killed=%d finished-by-other=%d steps=commit:%d,abort:%d",
+		y.trials, y.partial, y.trials, y.committed, y.notCommitted, y.killed, y.finishedByOther, y.steps["commit"], y.steps["abort"])
 	if y.partial != 0 {
 		t.Errorf("%d aggregates were applied in some rows only", y.partial)
 	}
