@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func startShardClusters(t testing.TB, opts etcdcluster.Options, members ...int) 
 		wg.Go(func() {
 			o := opts
 			o.Members = n
-			out[i] = etcdcluster.Start(t, o) // a failure marks t failed and ends this goroutine
+			out[i] = etcdcluster.Start(goroutineTB{t}, o)
 		})
 	}
 	wg.Wait()
@@ -37,6 +38,27 @@ func startShardClusters(t testing.TB, opts etcdcluster.Options, members ...int) 
 		t.FailNow()
 	}
 	return out
+}
+
+// goroutineTB is t for another goroutine of its test: its Fatal fails t
+// and ends that goroutine (FailNow may end only the test's own).
+type goroutineTB struct{ testing.TB }
+
+func (g goroutineTB) Fatal(args ...any) {
+	g.Helper()
+	g.Error(args...)
+	runtime.Goexit()
+}
+
+func (g goroutineTB) Fatalf(format string, args ...any) {
+	g.Helper()
+	g.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (g goroutineTB) FailNow() {
+	g.Fail()
+	runtime.Goexit()
 }
 
 // shardClients returns a new client of every member of each cluster (closed
