@@ -129,19 +129,33 @@ func (s *Store) createMap(ctx context.Context, want schema.ShardMap, missing []i
 	if len(found) > 0 {
 		return mismatch(slices.Min(found), "its namespace holds rows but no shard map (a single-cluster store's namespace opens only as the one shard of a one-shard store)")
 	}
-	return s.eachOf(ctx, missing, func(ctx context.Context, i int, sh *shard) error {
-		created, st, err := sh.store.CreateShardMap(ctx, want)
-		switch {
-		case err != nil || created:
+	// one shard after another, lowest first: stores racing to create
+	// different maps all try the lowest missing shard first, where one
+	// wins and the others stop at its map, so no two shards end with
+	// different maps (in parallel, each racer could win a shard of its own
+	// and leave a namespace no configuration opens)
+	for _, i := range missing {
+		if err := s.createMapIn(ctx, i, want); err != nil {
 			return err
-		case st.Found:
-			if d := st.Map.Diff(want); d != "" {
-				return mismatch(i, d)
-			}
-			return nil
 		}
-		return mismatch(i, "rows appeared in its namespace while the shard map was being created")
-	})
+	}
+	return nil
+}
+
+// createMapIn puts want in shard i unless it holds a map already, which must
+// then be want.
+func (s *Store) createMapIn(ctx context.Context, i int, want schema.ShardMap) error {
+	created, st, err := s.shards[i].store.CreateShardMap(ctx, want)
+	switch {
+	case err != nil || created:
+		return err
+	case st.Found:
+		if d := st.Map.Diff(want); d != "" {
+			return mismatch(i, d)
+		}
+		return nil
+	}
+	return mismatch(i, "rows appeared in its namespace while the shard map was being created")
 }
 
 func mismatch(shard int, diff string) error {
