@@ -8,6 +8,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
@@ -524,8 +525,14 @@ func (c CrossShard) ReleaseLocks(ctx context.Context, keys []authority.Key, sel 
 
 // ReadLocked reads the row at key and its row lock at one revision: a
 // sharded store's read resolves a lock of a decided aggregate before it
-// answers.
-func (c CrossShard) ReadLocked(ctx context.Context, key authority.Key) (authority.ReadResult, *RowLock, error) {
+// answers. It is observed as a read (ReadAuthority's metrics and span).
+func (c CrossShard) ReadLocked(ctx context.Context, key authority.Key) (res authority.ReadResult, l *RowLock, err error) {
+	ctx, op := c.s.obs.Start(ctx, observe.OpRead)
+	defer func() { op.End(res.Kind, err) }()
+	return c.readLocked(ctx, key)
+}
+
+func (c CrossShard) readLocked(ctx context.Context, key authority.Key) (authority.ReadResult, *RowLock, error) {
 	s := c.s
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, nil, err

@@ -9,6 +9,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
+	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
 // Store is the authority store over several etcd clusters: one etcd store
@@ -22,7 +24,15 @@ type Store struct {
 	// single cluster's namespace, would hold).
 	smap schema.ShardMap
 	// aggs remembers the shard each aggregate was prepared in.
-	aggs   *fenceCache
+	aggs *fenceCache
+	// num translates row numbers between the shards' stores and this one.
+	num numbering
+	// coord runs the two-phase protocol of aggregates across shards, and
+	// resolves the row locks it leaves (nil over one shard).
+	coord *twophase.Coordinator
+	// mover moves capacity budget between the shards (nil over one shard,
+	// and for a read-only store).
+	mover  *escrow.Mover
 	closed atomic.Bool
 	// life ends when the store closes: feeds a caller did not close end
 	// with it.
@@ -71,8 +81,8 @@ func (s *Store) Map() schema.ShardMap {
 }
 
 // Close closes every shard's store (each revokes its owner leases and its
-// announcement, as etcd.Store.Close does) after the seams. Rows and records
-// stay.
+// announcement, as etcd.Store.Close does) and stops the capacity escrow's
+// reconciliation. Rows and records stay.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -81,7 +91,7 @@ func (s *Store) Close() error {
 	s.bgClosed = true
 	s.bgMu.Unlock()
 	s.endLife()
-	err := errors.Join(s.closeSeams(), s.closeShards())
+	err := s.closeShards()
 	s.bg.Wait()
 	return err
 }
@@ -100,17 +110,6 @@ func (s *Store) background(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-func (s *Store) closeSeams() error {
-	var errs []error
-	if s.cfg.CrossShard != nil {
-		errs = append(errs, s.cfg.CrossShard.Close())
-	}
-	if s.cfg.Escrow != nil {
-		errs = append(errs, s.cfg.Escrow.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // begin refuses work on a closed store.
