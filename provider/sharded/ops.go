@@ -15,7 +15,10 @@ import (
 // ReadAuthority, Retry). A reserved or absent row is never locked, so
 // Reserve, Commit, CompleteCreation and Abort need no retry.
 
-// ReadAuthority returns the row at key (KindSnapshot) or KindMissing.
+// ReadAuthority returns the row at key (KindSnapshot) or KindMissing. Over
+// several shards a row locked by a committed cross-shard aggregate is
+// applied first (in every shard of the aggregate); a read-only store, which
+// writes nothing, answers the row as its shard holds it.
 func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return authority.ReadResult{}, err
@@ -23,7 +26,7 @@ func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority
 	sh := s.forKey(key)
 	var res authority.ReadResult
 	var err error
-	if s.coord != nil {
+	if s.coord != nil && !s.cfg.ReadOnly {
 		res, err = s.coord.ReadAuthority(ctx, key)
 	} else {
 		res, err = sh.store.ReadAuthority(ctx, key)

@@ -66,8 +66,10 @@ func (s *Store) Shards() int { return len(s.shards) }
 
 // Shard returns shard i's etcd store (0 ≤ i < Shards()), for what is per
 // cluster (its upgrade status, server warning, write statistics). Writing
-// rows through it directly bypasses the shard map: a key must only be
-// written in its own shard (ShardOf).
+// rows through it directly bypasses the shard map (a key must only be
+// written in its own shard, ShardOf) and the row locks' resolution, and
+// over several shards its row versions and tokens are the cluster's
+// revisions, not this store's (rowversion.go).
 func (s *Store) Shard(i int) *etcdstore.Store { return s.shards[i].store }
 
 // ShardOf returns the shard key's row lives in.
