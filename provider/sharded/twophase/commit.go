@@ -308,7 +308,7 @@ func (c *Coordinator) finishAborted(ctx context.Context, cs Shard, rec *etcd.Cro
 		return err
 	})
 	if err == nil {
-		err = c.releaseParts(ctx, rec, c.router.CoordinatorOf(rec.Request.AggregateID), by, order)
+		err = c.releaseParts(ctx, rec, c.router.CoordinatorOf(rec.Request.AggregateID))
 	}
 	if err != nil || rec.Finished {
 		return err

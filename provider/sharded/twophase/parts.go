@@ -35,18 +35,39 @@ const (
 	partsFinished                    // a shard applied or released the incarnation's part: the record was decided
 )
 
-// reserveParts reserves rec's part in every participant shard but the
-// coordinator shard ci, in parallel.
-func (c *Coordinator) reserveParts(ctx context.Context, rec *etcd.CrossRecord, ci int) (partOutcome, error) {
+// partShards returns the shards other than the coordinator shard ci that
+// rec's commit moves rows into (ascending), and rec's participant keys by
+// shard.
+func (c *Coordinator) partShards(rec *etcd.CrossRecord, ci int) ([]int, map[int][]authority.Key, error) {
 	by, order, err := c.groups(&rec.Request)
+	if err != nil {
+		return nil, nil, err
+	}
+	moves := map[int]bool{}
+	for _, p := range rec.Request.Participants {
+		if p.OwnerTransition == authority.TransitionNewOwner {
+			moves[c.router.ShardOf(p.AuthorityKey)] = true
+		}
+	}
+	var out []int
+	for _, i := range order {
+		if i != ci && moves[i] {
+			out = append(out, i)
+		}
+	}
+	return out, by, nil
+}
+
+// reserveParts reserves rec's part in every shard its commit moves rows
+// into but the coordinator shard ci (whose part the record's Txn
+// reserved), in parallel.
+func (c *Coordinator) reserveParts(ctx context.Context, rec *etcd.CrossRecord, ci int) (partOutcome, error) {
+	order, by, err := c.partShards(rec, ci)
 	if err != nil {
 		return 0, err
 	}
 	kinds := make([]etcd.PartKind, len(c.shards))
 	err = eachShard(order, func(i int) error {
-		if i == ci {
-			return nil // reserved with the record
-		}
 		var err error
 		kinds[i], err = c.shards[i].ReservePart(ctx, rec, by[i])
 		return err
@@ -66,15 +87,15 @@ func (c *Coordinator) reserveParts(ctx context.Context, rec *etcd.CrossRecord, c
 	return out, nil
 }
 
-// releaseParts releases the aborted rec's part in every participant shard
-// but the coordinator shard ci (whose part the abort's decision released).
-func (c *Coordinator) releaseParts(ctx context.Context, rec *etcd.CrossRecord, ci int, by map[int][]authority.Key, order []int) error {
-	return eachShard(order, func(i int) error {
-		if i == ci {
-			return nil
-		}
-		return c.shards[i].ReleasePart(ctx, rec, by[i])
-	})
+// releaseParts releases the aborted rec's part in every shard its commit
+// would have moved rows into but the coordinator shard ci (whose part the
+// abort's decision released).
+func (c *Coordinator) releaseParts(ctx context.Context, rec *etcd.CrossRecord, ci int) error {
+	order, by, err := c.partShards(rec, ci)
+	if err != nil {
+		return err
+	}
+	return eachShard(order, func(i int) error { return c.shards[i].ReleasePart(ctx, rec, by[i]) })
 }
 
 // prepared finishes the cross-shard prepare whose record the coordinator
