@@ -123,7 +123,10 @@ func (w *capacityWriter) move(ctx context.Context, m *mover) (full bool) {
 	res, err := w.s.PrepareAggregate(ctx, req)
 	switch {
 	case errors.Is(err, authority.ErrUnavailable):
+		// contention; the record (and some parts) may be written: abort
+		// it, as a caller of a prepare that failed does
 		w.run.retried.Add(1)
+		w.abandon(ctx, req.Fence())
 		return false
 	case err != nil:
 		w.run.fail(err)
@@ -144,6 +147,25 @@ func (w *capacityWriter) move(ctx context.Context, m *mover) (full bool) {
 	m.onB = true
 	w.run.moved.Add(1)
 	return false
+}
+
+// abandon aborts the aggregate of a prepare that failed, until the abort
+// answers.
+func (w *capacityWriter) abandon(ctx context.Context, fence authority.Fence) {
+	for range 16 {
+		res, err := w.s.AbortAggregate(ctx, fence)
+		if err == nil {
+			if res.Kind != authority.KindAborted && res.Kind != authority.KindAlreadyAborted && res.Kind != authority.KindStale {
+				w.run.fail(fmt.Errorf("abort of a failed prepare: %s", res.Kind))
+			}
+			return
+		}
+		if !errors.Is(err, authority.ErrUnavailable) {
+			w.run.fail(err)
+			return
+		}
+	}
+	w.run.fail(fmt.Errorf("abort of a failed prepare kept failing"))
 }
 
 // releaseOne aborts a reservation or deletes a moved row; it stops
