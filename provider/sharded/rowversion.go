@@ -35,7 +35,10 @@ import (
 // cluster's revisions: its numbers keep rising only if the copy is written
 // at a revision above the source's (the resharding must see to it, for
 // example by moving the target cluster's revision past the source's first).
-// Feed positions are not encoded: they are one raw revision per shard.
+// Feed positions are not encoded: they are one raw revision per shard. Nor
+// is an owner lease's generation (OwnerToken.LeaseGeneration): Registry
+// takes the same generation in every shard, so it names one lease of the
+// owner everywhere already.
 
 // VersionStride is the multiplier of a row's revision in its numbers over
 // several shards (above schema.MaxShards, so the remainder names the shard).
