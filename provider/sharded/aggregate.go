@@ -46,15 +46,15 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 		byShard[i] = append(byShard[i], p.AuthorityKey)
 	}
 	raw := s.num.aggregateRequest(req, s.ShardOf)
-	record := s.CoordinatorOf(req.AggregateID) // where the record goes
-	for i := range byShard {
-		record = i
-	}
-	if len(byShard) > 1 {
-		if s.cfg.RefuseCrossShardAggregates {
-			return authority.PrepareAggregateResult{}, crossShard(req.AggregateID, byShard)
+	// the record's shard: the coordinator shard of an aggregate across
+	// shards, the participants' shard of one of a shard
+	record := s.CoordinatorOf(req.AggregateID)
+	if len(byShard) == 1 {
+		for i := range byShard {
+			record = i
 		}
-		record = s.CoordinatorOf(req.AggregateID)
+	} else if s.cfg.RefuseCrossShardAggregates {
+		return authority.PrepareAggregateResult{}, crossShard(req.AggregateID, byShard)
 	}
 	// one fence, one record: a fence recorded in another shard is another
 	// request's

@@ -78,22 +78,34 @@ func TestAggregateAcrossShardsIsRefused(t *testing.T) {
 }
 
 // TestOneFenceOneRecord: a fence prepared in one shard is another request's
-// in any other shard: preparing it there is a conflict, and writes nothing.
+// in any other shard, of one shard or across shards (whose record would go
+// to the fence's coordinator shard): preparing it there is a conflict, and
+// writes nothing.
 func TestOneFenceOneRecord(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, clusterCount, sharded.Config{})
 	fx := conformance.NewFixture(t, harnessFor(s, nil))
 	a, ra := activeIn(t, fx, s, 0, "first", conformance.TargetA)
 	b, rb := activeIn(t, fx, s, 1, "second", conformance.TargetA)
-	fx.MustPrepare(conformance.AggregateRequest("shared-fence", 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
+	id := aggregateIDIn(s, 2, "shared-fence")
+	fence := fx.MustPrepare(conformance.AggregateRequest(id, 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
 		conformance.Participant(a, ra.StoreVersion, authority.TransitionNewOwner, []byte("a"))))
 	before := fx.State()
-	res, err := s.PrepareAggregate(ctx, conformance.AggregateRequest("shared-fence", 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
-		conformance.Participant(b, rb.StoreVersion, authority.TransitionNewOwner, []byte("b"))))
-	require.NoError(t, err)
-	require.Equal(t, authority.KindConflict, res.Kind)
-	fx.RequireState(before)
-	has, err := s.Shard(1).HasAggregate(ctx, authority.Fence{AggregateID: "shared-fence", AggregateGeneration: 1})
-	require.NoError(t, err)
-	require.False(t, has)
+	for name, req := range map[string]authority.AggregatePrepareRequest{
+		"of another shard": conformance.AggregateRequest(id, 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
+			conformance.Participant(b, rb.StoreVersion, authority.TransitionNewOwner, []byte("b"))),
+		"across shards": conformance.AggregateRequest(id, 1, conformance.TargetB, authority.CapacityVector{Actors: 1},
+			conformance.Participant(a, ra.StoreVersion, authority.TransitionPreserve, []byte("a")),
+			conformance.Participant(b, rb.StoreVersion, authority.TransitionNewOwner, []byte("b"))),
+	} {
+		res, err := s.PrepareAggregate(ctx, req)
+		require.NoError(t, err, name)
+		require.Equal(t, authority.KindConflict, res.Kind, name)
+		fx.RequireState(before)
+		for _, i := range []int{1, 2} {
+			has, err := s.Shard(i).HasAggregate(ctx, fence)
+			require.NoError(t, err)
+			require.False(t, has, "%s: shard %d", name, i)
+		}
+	}
 }
