@@ -125,15 +125,16 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 			p.fullRange = err == nil // the watched usage is not that of the read
 			return nil, err
 		}
-		if !fits(policy, p.target, u) {
+		held := p.held(got)
+		if !fits(policy, held, u) {
 			return p.conflict(), nil
 		}
 		sl, err := s.sliceAt(resp, ur)
 		if err != nil {
 			return nil, err
 		}
-		if !sl.holds(p.target, u) {
-			return p.growForPrepare(ctx) // escrow mode: the slice is short
+		if !sl.holds(held, u) {
+			return p.growForPrepare(ctx, held.Capacity) // escrow mode: the slice is short
 		}
 		s.fenceCapacity(pt.t, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, epoch)
 		sl.fence(pt.t)
@@ -142,6 +143,32 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 		return out, err
 	}
 	return p.send(ctx, pt)
+}
+
+// held is the target capacity the prepare reserves in this store: the
+// request's, or for a cross-shard prepare the part its commit moves into
+// this store (the capacity of the newOwner participants whose rows are
+// here, as read in got; crossshard_capacity.go), the other shards reserving
+// theirs.
+func (p *aggregatePrepare) held(got txnkit.Reads) authority.PlacementAllocation {
+	if p.inc == "" {
+		return p.target
+	}
+	held := p.target
+	held.Capacity = authority.CapacityVector{}
+	for _, part := range p.req.Participants {
+		if p.foreign[part.AuthorityKey] != nil || part.OwnerTransition != authority.TransitionNewOwner {
+			continue
+		}
+		// a row not as expected makes the prepare a conflict
+		// (addParticipants); two Spot types an error
+		if r, err := p.s.rowIn(got, part.AuthorityKey); err == nil && r != nil {
+			if c, err := authority.AddCapacity(held.Capacity, r.Alloc.Capacity); err == nil {
+				held.Capacity = c
+			}
+		}
+	}
+	return held
 }
 
 // recordDecides answers from a live record already at the fence, or notes
@@ -230,9 +257,9 @@ func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*
 		}
 	}
 	t.Put(p.aggKey, p.record().Encode())
-	reserved := p.target
+	reserved := p.held(got)
 	reserved.State = authority.AllocationReserved
-	t.Put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, p.req.Capacity))
+	t.Put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, reserved.Capacity))
 	s.touchCapacity(t, reserved)
 	return nil, nil
 }
@@ -454,6 +481,13 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
 	case schema.AggregatePrepared:
 		if err := crossShardOnly(rec); err != nil {
+			if known { // remembered: it may have been withdrawn since
+				fresh, freshRev, err := s.readAggregate(ctx, aggKey)
+				if err != nil {
+					return authority.CommitAggregateResult{}, err
+				}
+				return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
+			}
 			return authority.CommitAggregateResult{}, err
 		}
 	default:
@@ -649,6 +683,13 @@ func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *
 		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
 	case schema.AggregatePrepared:
 		if err := crossShardOnly(rec); err != nil {
+			if known { // remembered: it may have been withdrawn since
+				fresh, freshRev, err := s.readAggregate(ctx, s.keys.Aggregate(fence))
+				if err != nil {
+					return authority.AbortAggregateResult{}, err
+				}
+				return s.abortAggregate(ctx, fence, fresh, freshRev, false)
+			}
 			return authority.AbortAggregateResult{}, err
 		}
 	default:

@@ -8,6 +8,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
@@ -53,6 +54,10 @@ type LockResult struct {
 	Locks []RowLock
 	// Reason says why the shard is stale (LockStale).
 	Reason string
+	// Unreserved says the shard is stale because the target capacity the
+	// commit moves into it is not reserved there (a prepare that stopped
+	// before ReservePart): reserve it, and lock again.
+	Unreserved bool
 }
 
 // LockSelector selects the locks ReleaseLocks releases: those of Fence and
@@ -204,12 +209,22 @@ func (c CrossShard) LockParticipants(ctx context.Context, rec *CrossRecord, keys
 	if err := s.begin(ctx); err != nil {
 		return LockResult{}, err
 	}
-	got, err := s.readRowsAndLocks(ctx, keys)
+	moving, err := movesIn(rec, keys)
+	if err != nil {
+		return LockResult{}, err
+	}
+	var extra []string
+	part := ""
+	if len(moving) > 0 {
+		part = s.partKey(&rec.Request)
+		extra = append(extra, part)
+	}
+	got, err := s.readRowsAndLocks(ctx, keys, extra...)
 	if err != nil {
 		return LockResult{}, err
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		b := &lockBuild{s: s, rec: rec, att: att, t: &txnkit.Txn{}, lives: map[string]bool{}}
+		b := &lockBuild{s: s, rec: rec, att: att, t: &txnkit.Txn{}, lives: map[string]bool{}, part: part}
 		if out, err := b.build(parts, got); err != nil || out != nil {
 			return derefLock(out), err
 		}
@@ -265,6 +280,7 @@ type lockBuild struct {
 	held     []RowLock       // the attempt's locks (Revision 0: put by t)
 	blockers []RowLock
 	puts     int
+	part     string // the key of the capacity the commit moves in ("": none moves in)
 }
 
 // build adds every participant to b.t, or returns the outcome decided
@@ -305,6 +321,16 @@ func (b *lockBuild) build(parts []authority.AggregateParticipant, got txnkit.Rea
 	}
 	if b.puts == 0 {
 		return &LockResult{Kind: LockHeld, Locks: b.held}, nil
+	}
+	if b.part != "" {
+		// the capacity the commit moves into this shard is reserved here
+		// (crossshard_capacity.go), and stays while the rows are locked
+		kv := got[b.part]
+		if kv == nil {
+			return &LockResult{Kind: LockStale, Reason: "the aggregate's capacity is not reserved in this shard", Unreserved: true}, nil
+		}
+		b.t.Cmp(modRevIs(b.part, kv.ModRevision))
+		b.t.OrGet(b.part)
 	}
 	return nil, s.rowLocksFence(b.t, "a cross-shard aggregate")
 }
@@ -369,6 +395,7 @@ func (c CrossShard) ApplyParticipants(ctx context.Context, rec *CrossRecord, key
 		if len(next) == 0 {
 			return c.markedTokens(rec, got[partKey])
 		}
+		c.convertPart(t, rec, next)
 		t.OrGet(partKey)
 		resp, err := c.sendApply(ctx, t, rec, partKey, next)
 		if err != nil {
@@ -389,6 +416,21 @@ func (c CrossShard) ApplyParticipants(ctx context.Context, rec *CrossRecord, key
 		return tokens, nil
 	}
 	return nil, authority.Wrap(authority.ErrUnavailable, "applying a cross-shard aggregate gave up after repeated contention", errContention)
+}
+
+// convertPart adds to the apply t the release of the capacity the prepare
+// reserved in this shard for the rows it moves onto the target (next, as
+// written): their own entries hold it from t on.
+func (c CrossShard) convertPart(t *txnkit.Txn, rec *CrossRecord, next []*schema.Row) {
+	for _, n := range next {
+		if newOwner(&rec.Request, n.Key) {
+			reserved := rec.Request.TargetAllocation()
+			reserved.State = authority.AllocationReserved
+			t.Del(c.s.partKey(&rec.Request))
+			c.s.touchCapacity(t, reserved)
+			return
+		}
+	}
 }
 
 // newOwner reports whether key is a newOwner participant of req.
@@ -524,8 +566,14 @@ func (c CrossShard) ReleaseLocks(ctx context.Context, keys []authority.Key, sel 
 
 // ReadLocked reads the row at key and its row lock at one revision: a
 // sharded store's read resolves a lock of a decided aggregate before it
-// answers.
-func (c CrossShard) ReadLocked(ctx context.Context, key authority.Key) (authority.ReadResult, *RowLock, error) {
+// answers. It is observed as a read (ReadAuthority's metrics and span).
+func (c CrossShard) ReadLocked(ctx context.Context, key authority.Key) (res authority.ReadResult, l *RowLock, err error) {
+	ctx, op := c.s.obs.Start(ctx, observe.OpRead)
+	defer func() { op.End(res.Kind, err) }()
+	return c.readLocked(ctx, key)
+}
+
+func (c CrossShard) readLocked(ctx context.Context, key authority.Key) (authority.ReadResult, *RowLock, error) {
 	s := c.s
 	if err := authority.ValidateKey(key); err != nil {
 		return authority.ReadResult{}, nil, err

@@ -226,11 +226,11 @@ func atLeast(a, b authority.CapacityVector) bool {
 	return a.Actors >= b.Actors && a.Spots >= b.Spots && (b.SpotType == nil || a.SpotType.Count >= b.SpotType.Count)
 }
 
-// growForPrepare asks the escrow for room for an aggregate's target
-// capacity: nil, nil means evaluate again; a conflict when the policy
-// refuses it.
-func (p *aggregatePrepare) growForPrepare(ctx context.Context) (*authority.PrepareAggregateResult, error) {
-	exhausted, err := p.s.grow(ctx, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, p.req.Capacity, p.req.Capacity)
+// growForPrepare asks the escrow for room for the target capacity an
+// aggregate's prepare reserves in this store: nil, nil means evaluate
+// again; a conflict when the policy refuses it.
+func (p *aggregatePrepare) growForPrepare(ctx context.Context, capacity authority.CapacityVector) (*authority.PrepareAggregateResult, error) {
+	exhausted, err := p.s.grow(ctx, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, capacity, capacity)
 	switch {
 	case err != nil:
 		return nil, err

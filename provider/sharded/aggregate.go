@@ -14,16 +14,21 @@ import (
 // Aggregates. An aggregate whose participants all live in one shard is that
 // shard's etcd store's aggregate: its record, the target's capacity and
 // every participant in one cluster, prepared and committed each in one Txn,
-// as on one cluster. One whose participants live in several shards goes to
-// Config.CrossShard, or is refused (ErrCrossShardAggregate) without it.
+// as on one cluster. One whose participants live in several shards is the
+// two-phase protocol's (package twophase; Config.RefuseCrossShardAggregates
+// refuses it instead, ErrCrossShardAggregate): its record lives in the
+// aggregate ID's coordinator shard (CoordinatorOf), its participant rows are
+// locked while its commit decides, and any store instance finishes it.
 //
-// A fence names no shard, so CommitAggregate and AbortAggregate find the
-// record: the shard this store prepared it in (remembered), else every
-// shard's record key read in parallel, else the cross-shard protocol, else
-// the aggregate ID's home shard answers (a fence no shard knows).
+// A fence names no participant, so CommitAggregate and AbortAggregate find
+// the record: the shard this store prepared it in (remembered), else every
+// shard's record key read in parallel; the coordinator shard (through the
+// protocol, which also finishes an aggregate of one shard there) when no
+// other shard holds it.
 
 // PrepareAggregate checks the participants and reserves the target's
-// capacity in the participants' shard.
+// capacity: in the participants' shard when they share one, else with the
+// two-phase protocol.
 func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
 		return authority.PrepareAggregateResult{}, err
@@ -31,41 +36,57 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 	if err := s.begin(ctx); err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
+	if len(s.shards) == 1 {
+		res, err := s.shards[0].store.PrepareAggregate(ctx, req)
+		return res, inShard(0, err)
+	}
 	byShard := map[int][]authority.Key{}
 	for _, p := range req.Participants {
 		i := s.ShardOf(p.AuthorityKey)
 		byShard[i] = append(byShard[i], p.AuthorityKey)
 	}
-	if len(byShard) > 1 {
-		if s.cfg.CrossShard != nil {
-			return s.cfg.CrossShard.Prepare(ctx, req, sortedShards(byShard))
+	raw := s.num.aggregateRequest(req, s.ShardOf)
+	// the record's shard: the coordinator shard of an aggregate across
+	// shards, the participants' shard of one of a shard
+	record := s.CoordinatorOf(req.AggregateID)
+	if len(byShard) == 1 {
+		for i := range byShard {
+			record = i
 		}
+	} else if s.cfg.RefuseCrossShardAggregates {
 		return authority.PrepareAggregateResult{}, crossShard(req.AggregateID, byShard)
 	}
-	var home int
-	for i := range byShard {
-		home = i
+	// one fence, one record: a fence recorded in another shard is another
+	// request's
+	elsewhere, err := s.recordedIn(ctx, req.Fence(), record)
+	if err != nil {
+		return authority.PrepareAggregateResult{}, err
 	}
-	if len(s.shards) > 1 {
-		// one fence, one record: a fence prepared in another shard is
-		// another request's
-		elsewhere, err := s.recordedIn(ctx, req.Fence(), home)
-		if err != nil {
-			return authority.PrepareAggregateResult{}, err
-		}
-		if len(elsewhere) > 0 {
-			return authority.PrepareAggregateResult{Kind: authority.KindConflict}, nil
-		}
+	if len(elsewhere) > 0 {
+		return authority.PrepareAggregateResult{Kind: authority.KindConflict}, nil
 	}
-	res, err := s.shards[home].store.PrepareAggregate(ctx, req)
+	var res authority.PrepareAggregateResult
+	if len(byShard) > 1 {
+		res, err = s.coord.PrepareAggregate(ctx, raw)
+	} else {
+		res, err = s.shards[record].store.PrepareAggregate(ctx, raw)
+		err = inShard(record, err)
+	}
 	if err == nil && (res.Kind == authority.KindPrepared || res.Kind == authority.KindAlreadyPrepared) {
-		s.aggs.put(req.Fence(), home)
+		s.aggs.put(req.Fence(), record)
 	}
-	return res, inShard(home, err)
+	return res, err
 }
 
-// CommitAggregate applies every participant or none, in the shard that
-// holds the aggregate's record.
+// CoordinatorOf returns the coordinator shard of the aggregate aggregateID:
+// the shard holding the record of its aggregates across shards (a hash of
+// the ID).
+func (s *Store) CoordinatorOf(aggregateID string) int {
+	return shardOf(aggregateDomain+aggregateID, len(s.shards))
+}
+
+// CommitAggregate applies every participant or none: in the shard that
+// holds the aggregate's record, or with the two-phase protocol.
 func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -73,19 +94,28 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	if err := s.begin(ctx); err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
-	i, cross, err := s.locate(ctx, fence)
+	i, err := s.locate(ctx, fence)
 	if err != nil {
 		return authority.CommitAggregateResult{}, err
 	}
-	if cross {
-		return s.cfg.CrossShard.Commit(ctx, fence)
+	var res authority.CommitAggregateResult
+	if s.viaProtocol(fence, i) {
+		res, err = s.coord.CommitAggregate(ctx, fence)
+	} else {
+		// its rows may be locked by an aggregate across shards
+		err = inShard(i, s.retry(ctx, func(ctx context.Context) (err error) {
+			res, err = s.shards[i].store.CommitAggregate(ctx, fence)
+			return err
+		}))
 	}
-	res, err := s.shards[i].store.CommitAggregate(ctx, fence)
-	return res, inShard(i, err)
+	if err == nil {
+		res.OwnershipTokens, err = s.num.tokens(res.OwnershipTokens, s.ShardOf)
+	}
+	return res, err
 }
 
-// AbortAggregate releases a prepared aggregate's capacity, in the shard that
-// holds its record.
+// AbortAggregate releases a prepared aggregate's capacity: in the shard
+// that holds its record, or with the two-phase protocol.
 func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
@@ -93,46 +123,47 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	if err := s.begin(ctx); err != nil {
 		return authority.AbortAggregateResult{}, err
 	}
-	i, cross, err := s.locate(ctx, fence)
+	i, err := s.locate(ctx, fence)
 	if err != nil {
 		return authority.AbortAggregateResult{}, err
 	}
-	if cross {
-		return s.cfg.CrossShard.Abort(ctx, fence)
+	if s.viaProtocol(fence, i) {
+		return s.coord.AbortAggregate(ctx, fence)
 	}
 	res, err := s.shards[i].store.AbortAggregate(ctx, fence)
 	return res, inShard(i, err)
 }
 
-// locate returns the shard holding fence's record (cross: the cross-shard
-// protocol owns it). A fence recorded in two shards (two prepares of one
+// viaProtocol reports whether the record of fence, in shard i, is the
+// two-phase protocol's to finish: its coordinator shard's (where an
+// aggregate across shards, or of that shard alone, is recorded).
+func (s *Store) viaProtocol(fence authority.Fence, i int) bool {
+	return s.coord != nil && i == s.CoordinatorOf(fence.AggregateID)
+}
+
+// locate returns the shard holding fence's record: the coordinator shard
+// when none holds it. A fence recorded in two shards (two prepares of one
 // fence with different participants racing on different shards) is
 // ErrCorrupt naming them: neither can be chosen.
-func (s *Store) locate(ctx context.Context, fence authority.Fence) (shard int, cross bool, err error) {
+func (s *Store) locate(ctx context.Context, fence authority.Fence) (int, error) {
 	if len(s.shards) == 1 {
-		return 0, false, nil
+		return 0, nil
 	}
 	if i, ok := s.aggs.get(fence); ok {
-		return i, false, nil
+		return i, nil
 	}
 	found, err := s.recordedIn(ctx, fence, -1)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	switch len(found) {
+	case 0:
+		return s.CoordinatorOf(fence.AggregateID), nil
 	case 1:
 		s.aggs.put(fence, found[0])
-		return found[0], false, nil
-	case 0:
-		if s.cfg.CrossShard != nil {
-			owns, err := s.cfg.CrossShard.Owns(ctx, fence)
-			if err != nil || owns {
-				return 0, owns, err
-			}
-		}
-		return shardOf(aggregateDomain+fence.AggregateID, len(s.shards)), false, nil
+		return found[0], nil
 	}
-	return 0, false, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
+	return 0, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
 		"Aggregate %q generation %d is recorded in shards %v: two prepares of one fence with different participants.",
 		fence.AggregateID, fence.AggregateGeneration, found), nil)
 }
@@ -170,7 +201,8 @@ func sortedShards(byShard map[int][]authority.Key) []int {
 	return out
 }
 
-// crossShard is the refusal of an aggregate whose participants span shards.
+// crossShard is the refusal of an aggregate whose participants span shards
+// (Config.RefuseCrossShardAggregates).
 func crossShard(id string, byShard map[int][]authority.Key) error {
 	parts := make([]string, 0, len(byShard))
 	for _, i := range sortedShards(byShard) {
@@ -178,7 +210,7 @@ func crossShard(id string, byShard map[int][]authority.Key) error {
 		parts = append(parts, fmt.Sprintf("shard %d: %s", i, strings.Join(keysText(keys), ", ")))
 	}
 	return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-		"Aggregate %q has participants in shards %v (%s): an aggregate across shards needs the cross-shard protocol (Config.CrossShard).",
+		"Aggregate %q has participants in shards %v (%s): this store refuses aggregates across shards (Config.RefuseCrossShardAggregates).",
 		id, sortedShards(byShard), strings.Join(parts, "; ")), ErrCrossShardAggregate)
 }
 

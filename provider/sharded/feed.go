@@ -62,7 +62,7 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	f := &mergedFeed{feeds: make([]authority.Feed, len(s.shards)), pos: make(authority.FeedPosition, len(s.shards))}
+	f := &mergedFeed{feeds: make([]authority.Feed, len(s.shards)), pos: make(authority.FeedPosition, len(s.shards)), num: s.num}
 	// each shard's feed lives as long as ctx (authority.RowFeed): opened on
 	// ctx itself, not on a context that ends when the opening does
 	errs := make([]error, len(s.shards))
@@ -104,6 +104,7 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 // mergedFeed is an open feed over every shard.
 type mergedFeed struct {
 	feeds []authority.Feed // by shard
+	num   numbering        // the store's row numbers
 
 	// used by Next only
 	pos     authority.FeedPosition
@@ -142,6 +143,9 @@ func (f *mergedFeed) start(ctx context.Context, list bool) error {
 			}
 			switch {
 			case list && b.Kind == authority.FeedListed:
+				if err := f.num.events(i, b.Events); err != nil {
+					return inShard(i, err)
+				}
 				listed = append(listed, b)
 				continue
 			case list && b.Kind == authority.FeedSynced, !list && b.Kind == authority.FeedProgress:
@@ -235,6 +239,9 @@ func (f *mergedFeed) merge(sb shardBatch) (authority.FeedBatch, error) {
 	if b.Kind != authority.FeedChanged && b.Kind != authority.FeedProgress || b.Revision < f.pos[i] {
 		return authority.FeedBatch{}, inShard(i, authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
 			"The shard's feed delivered a %s batch at revision %d after revision %d.", b.Kind, b.Revision, f.pos[i]), nil))
+	}
+	if err := f.num.events(i, b.Events); err != nil {
+		return authority.FeedBatch{}, inShard(i, err)
 	}
 	start, last := f.pos[i], f.pos[i]
 	for j := range b.Events {

@@ -117,6 +117,9 @@ func (s *Store) ListAuthorities(ctx context.Context, prefix string, cursor autho
 	pages := make([]shardPage, len(s.shards))
 	err := s.eachOf(ctx, active, func(ctx context.Context, i int, sh *shard) error {
 		res, rev, err := sh.store.ListPageAt(ctx, prefix, c.after, c.revs[i], limit)
+		if err == nil {
+			err = s.num.items(i, res.Items)
+		}
 		pages[i] = shardPage{res: res, rev: rev, more: res.NextCursor != ""}
 		return err
 	})

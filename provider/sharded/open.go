@@ -10,6 +10,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
+	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
 // New opens a store over the configured shards: one etcd store per shard,
@@ -26,14 +28,19 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, shards: make([]*shard, len(cfg.Shards))}
+	n := len(cfg.Shards)
+	s := &Store{cfg: cfg, shards: make([]*shard, n), num: numbering{n: n}}
 	s.life, s.endLife = context.WithCancel(context.Background())
+	if n > 1 && !cfg.ReadOnly {
+		var err error
+		if s.mover, err = escrow.New(escrow.Config{Shards: n, Chunk: cfg.EscrowChunk, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
 	err := s.eachShard(ctx, func(ctx context.Context, i int, _ *shard) error {
 		sc := cfg.shardConfig(i)
-		if cfg.Escrow != nil {
-			if err := cfg.Escrow.ConfigureShard(i, &sc); err != nil {
-				return err
-			}
+		if s.mover != nil {
+			sc.CapacityEscrow = s.mover.Hook(i)
 		}
 		st, err := etcdstore.New(ctx, sc)
 		if err != nil {
@@ -43,16 +50,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		if s.shards[i].clusterID, err = st.ClusterID(ctx); err != nil {
 			return err
 		}
+		if s.mover != nil {
+			return s.mover.Attach(i, st.Budget())
+		}
 		return nil
 	})
 	if err == nil {
 		s.aggs = newFenceCache(4096, s.recordRetention()/2)
 		err = s.checkMap(ctx)
 	}
-	if err == nil {
-		if err = s.bind(ctx); err != nil {
-			_ = s.closeSeams()
-		}
+	if err == nil && n > 1 {
+		err = s.startProtocols()
 	}
 	if err != nil {
 		s.endLife()
@@ -162,24 +170,29 @@ func mismatch(shard int, diff string) error {
 	return fmt.Errorf("%w: shard %d: %s", ErrShardMapMismatch, shard, diff)
 }
 
-// bind hands the opened shards to the seams.
-func (s *Store) bind(ctx context.Context) error {
-	stores := make([]*etcdstore.Store, len(s.shards))
+// startProtocols starts what a store of several shards runs across them:
+// the two-phase protocol's coordinator, and the capacity escrow's
+// reconciliation (at once, then every ReconcileInterval).
+func (s *Store) startProtocols() error {
+	shards := make([]twophase.Shard, len(s.shards))
 	for i, sh := range s.shards {
-		stores[i] = sh.store
+		shards[i] = twophase.EtcdShard(sh.store)
 	}
-	if s.cfg.Escrow != nil {
-		if err := s.cfg.Escrow.Bind(ctx, stores); err != nil {
-			return err
-		}
+	var err error
+	if s.coord, err = twophase.New(shards, router{s}); err != nil {
+		return err
 	}
-	if s.cfg.CrossShard != nil {
-		if err := s.cfg.CrossShard.Bind(ctx, stores, func(k authority.Key) int { return shardOf(string(k), len(stores)) }); err != nil {
-			return err
-		}
+	if s.mover != nil && !s.background(s.reconcile) {
+		return authority.ErrClosed
 	}
 	return nil
 }
+
+// router places rows and aggregate records for the two-phase protocol.
+type router struct{ s *Store }
+
+func (r router) ShardOf(key authority.Key) int        { return r.s.ShardOf(key) }
+func (r router) CoordinatorOf(aggregateID string) int { return r.s.CoordinatorOf(aggregateID) }
 
 // closeShards closes every opened shard's store (a failed New, Close).
 func (s *Store) closeShards() error {

@@ -8,15 +8,32 @@ import (
 
 // The contract's single-row operations: each goes to its row's shard, where
 // it is one Txn in one cluster with the etcd store's fencing (row version,
-// owner liveness, reservation, record), unchanged.
+// owner liveness, reservation, record), unchanged. Over several shards the
+// row numbers are translated (rowversion.go), a read resolves the row lock
+// of a committed cross-shard aggregate first, and a write of an existing row
+// that meets a row lock resolves it and writes again (twophase.Coordinator:
+// ReadAuthority, Retry). A reserved or absent row is never locked, so
+// Reserve, Commit, CompleteCreation and Abort need no retry.
 
-// ReadAuthority returns the row at key (KindSnapshot) or KindMissing.
+// ReadAuthority returns the row at key (KindSnapshot) or KindMissing. Over
+// several shards a row locked by a committed cross-shard aggregate is
+// applied first (in every shard of the aggregate); a read-only store, which
+// writes nothing, answers the row as its shard holds it.
 func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return authority.ReadResult{}, err
 	}
 	sh := s.forKey(key)
-	res, err := sh.store.ReadAuthority(ctx, key)
+	var res authority.ReadResult
+	var err error
+	if s.coord != nil && !s.cfg.ReadOnly {
+		res, err = s.coord.ReadAuthority(ctx, key)
+	} else {
+		res, err = sh.store.ReadAuthority(ctx, key)
+	}
+	if err == nil {
+		res, err = s.num.read(sh.index, res)
+	}
 	return res, inShard(sh.index, err)
 }
 
@@ -27,8 +44,26 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 		return authority.CompareExchangeResult{}, err
 	}
 	sh := s.forKey(key)
-	res, err := sh.store.CompareExchangeAuthority(ctx, key, expected, m)
+	raw := s.num.shardVersion(sh.index, expected)
+	var res authority.CompareExchangeResult
+	err := s.retry(ctx, func(ctx context.Context) (err error) {
+		res, err = sh.store.CompareExchangeAuthority(ctx, key, raw, m)
+		return err
+	})
+	if err == nil {
+		res, err = s.num.cas(sh.index, res)
+	}
 	return res, inShard(sh.index, err)
+}
+
+// retry runs op, a write of existing rows in one shard, resolving the row
+// locks it meets (twophase.Coordinator.Retry); over one shard it runs op
+// once.
+func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	if s.coord == nil {
+		return op(ctx)
+	}
+	return s.coord.Retry(ctx, op)
 }
 
 // Reserve creates a reserved row for a new object in its key's shard.
@@ -38,6 +73,9 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (auth
 	}
 	sh := s.forObject(req.Key)
 	res, err := sh.store.Reserve(ctx, req)
+	if err == nil {
+		res, err = s.num.reserve(sh.index, res)
+	}
 	return res, inShard(sh.index, err)
 }
 
@@ -47,7 +85,11 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (author
 		return authority.CommitResult{}, err
 	}
 	sh := s.forObject(req.Key)
+	req.ExpectedStoreVersion = s.num.shardVersion(sh.index, req.ExpectedStoreVersion)
 	res, err := sh.store.Commit(ctx, req)
+	if err == nil {
+		res, err = s.num.commit(sh.index, res)
+	}
 	return res, inShard(sh.index, err)
 }
 
@@ -58,7 +100,11 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 		return authority.CompleteCreationResult{}, err
 	}
 	sh := s.forObject(req.Key)
+	req.ExpectedStoreVersion = s.num.shardVersion(sh.index, req.ExpectedStoreVersion)
 	res, err := sh.store.CompleteCreation(ctx, req)
+	if err == nil {
+		res, err = s.num.completion(sh.index, res)
+	}
 	return res, inShard(sh.index, err)
 }
 
@@ -68,6 +114,7 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (authorit
 		return authority.AbortResult{}, err
 	}
 	sh := s.forObject(req.Key)
+	req.ExpectedStoreVersion = s.num.shardVersion(sh.index, req.ExpectedStoreVersion)
 	res, err := sh.store.Abort(ctx, req)
 	return res, inShard(sh.index, err)
 }
@@ -79,7 +126,7 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 		return err
 	}
 	sh := s.forKey(key)
-	return inShard(sh.index, sh.store.WaitForChange(ctx, key, seen))
+	return inShard(sh.index, sh.store.WaitForChange(ctx, key, s.num.shardVersion(sh.index, seen)))
 }
 
 // ReadCreationTerminal returns the unexpired terminal of an operation. The

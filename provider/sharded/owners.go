@@ -152,7 +152,8 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 
 // RebindRows moves every row of from (an earlier lease generation of this
 // lease's owner, on this lease's node lifecycle) to this lease, every shard
-// in parallel, and returns how many moved. A shard that fails leaves the
+// in parallel (a row locked by a cross-shard aggregate's commit is resolved
+// first, twophase.Coordinator.Retry), and returns how many moved. A shard that fails leaves the
 // others' rows moved and its error names it (etcd.ErrLeaseLost: this lease
 // is lost there); the count includes every row moved. Call it again for
 // the rest.
@@ -164,9 +165,11 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k, err := sl.RebindRows(ctx, from)
-			n.Add(k)
-			errs[i] = inShard(i, err)
+			errs[i] = inShard(i, l.s.retry(ctx, func(ctx context.Context) error {
+				k, err := sl.RebindRows(ctx, from)
+				n.Add(k)
+				return err
+			}))
 		}()
 	}
 	wg.Wait()

@@ -9,6 +9,8 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
+	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
 // Store is the authority store over several etcd clusters: one etcd store
@@ -22,7 +24,15 @@ type Store struct {
 	// single cluster's namespace, would hold).
 	smap schema.ShardMap
 	// aggs remembers the shard each aggregate was prepared in.
-	aggs   *fenceCache
+	aggs *fenceCache
+	// num translates row numbers between the shards' stores and this one.
+	num numbering
+	// coord runs the two-phase protocol of aggregates across shards, and
+	// resolves the row locks it leaves (nil over one shard).
+	coord *twophase.Coordinator
+	// mover moves capacity budget between the shards (nil over one shard,
+	// and for a read-only store).
+	mover  *escrow.Mover
 	closed atomic.Bool
 	// life ends when the store closes: feeds a caller did not close end
 	// with it.
@@ -56,8 +66,10 @@ func (s *Store) Shards() int { return len(s.shards) }
 
 // Shard returns shard i's etcd store (0 ≤ i < Shards()), for what is per
 // cluster (its upgrade status, server warning, write statistics). Writing
-// rows through it directly bypasses the shard map: a key must only be
-// written in its own shard (ShardOf).
+// rows through it directly bypasses the shard map (a key must only be
+// written in its own shard, ShardOf) and the row locks' resolution, and
+// over several shards its row versions and tokens are the cluster's
+// revisions, not this store's (rowversion.go).
 func (s *Store) Shard(i int) *etcdstore.Store { return s.shards[i].store }
 
 // ShardOf returns the shard key's row lives in.
@@ -71,8 +83,8 @@ func (s *Store) Map() schema.ShardMap {
 }
 
 // Close closes every shard's store (each revokes its owner leases and its
-// announcement, as etcd.Store.Close does) after the seams. Rows and records
-// stay.
+// announcement, as etcd.Store.Close does) and stops the capacity escrow's
+// reconciliation. Rows and records stay.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -81,7 +93,7 @@ func (s *Store) Close() error {
 	s.bgClosed = true
 	s.bgMu.Unlock()
 	s.endLife()
-	err := errors.Join(s.closeSeams(), s.closeShards())
+	err := s.closeShards()
 	s.bg.Wait()
 	return err
 }
@@ -100,17 +112,6 @@ func (s *Store) background(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-func (s *Store) closeSeams() error {
-	var errs []error
-	if s.cfg.CrossShard != nil {
-		errs = append(errs, s.cfg.CrossShard.Close())
-	}
-	if s.cfg.Escrow != nil {
-		errs = append(errs, s.cfg.Escrow.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // begin refuses work on a closed store.

@@ -2,6 +2,7 @@ package twophase
 
 import (
 	"context"
+	"fmt"
 
 	authority "github.com/zlink-systems/authority"
 	etcd "github.com/zlink-systems/authority/provider/etcd"
@@ -11,9 +12,11 @@ import (
 // AbortAggregate aborts the aggregate of fence: in its coordinator shard as
 // a store of one cluster does when it was prepared there alone, else by
 // deciding aborted (which releases the target's reserved capacity and ends
-// every commit attempt), releasing every shard's locks and finishing the
-// record. Once the decision is made the answer is aborted: a lock a failed
-// release left is released by whoever meets it.
+// every commit attempt), releasing every shard's locks and capacity parts
+// and finishing the record. Once the decision is made the answer is
+// aborted, or ErrOutcomeUnknown when releasing did not finish (aborting
+// again finishes it and answers alreadyAborted; a lock left is also
+// released by whoever meets it).
 func (c *Coordinator) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
@@ -55,7 +58,13 @@ func (c *Coordinator) abortCross(ctx context.Context, cs Shard, rec *etcd.CrossR
 			return authority.AbortAggregateResult{}, err
 		}
 		if applied {
-			_ = c.finishAborted(ctx, cs, decided) // a lock left is released by whoever meets it
+			if err := c.finishAborted(ctx, cs, decided); err != nil {
+				// a lock left is released by whoever meets it, but a
+				// capacity part only by finishing the abort
+				return authority.AbortAggregateResult{}, authority.Wrap(authority.ErrOutcomeUnknown, fmt.Sprintf(
+					"aggregate %s/%d is aborted, but releasing it in every shard did not finish (abort it again: it answers alreadyAborted once done)",
+					rec.Request.AggregateID, rec.Request.AggregateGeneration), err)
+			}
 			return authority.AbortAggregateResult{Kind: authority.KindAborted}, nil
 		}
 		rec = decided

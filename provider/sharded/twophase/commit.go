@@ -167,15 +167,31 @@ func (c *Coordinator) lockAll(ctx context.Context, cs Shard, rec *etcd.CrossReco
 			return nil, nil, notDecided(rec, err)
 		}
 		var blockers []etcd.RowLock
+		unreserved := false
 		for _, i := range pending {
 			switch r := results[i]; r.Kind {
 			case etcd.LockStale:
+				if r.Unreserved {
+					unreserved = true
+					continue
+				}
 				return c.staleShard(ctx, cs, rec)
 			case etcd.LockBlocked:
 				blockers = append(blockers, r.Locks...)
 			default:
 				held[i] = true
 			}
+		}
+		if unreserved {
+			// a prepare stopped before reserving every part: reserve
+			// them, and lock again
+			if out, err := c.reserveParts(ctx, rec, c.router.CoordinatorOf(rec.Request.AggregateID)); err != nil || out != partsHeld {
+				if err != nil {
+					return nil, nil, notDecided(rec, err)
+				}
+				return c.staleShard(ctx, cs, rec)
+			}
+			continue
 		}
 		if len(blockers) == 0 {
 			return nil, nil, nil
@@ -276,8 +292,8 @@ func (c *Coordinator) finishCommitted(ctx context.Context, cs Shard, rec *etcd.C
 	return tokens, nil
 }
 
-// finishAborted releases the aborted rec's locks in every shard and
-// finishes it. It releases them even when rec is finished: a commit attempt
+// finishAborted releases the aborted rec's locks and capacity parts in
+// every shard and finishes it. It releases them even when rec is finished: a commit attempt
 // whose lock Txn was in flight when the abort released the shards can land
 // its locks after (the rows unchanged, its compares hold), and they must
 // not wait for the record to expire.
@@ -291,6 +307,9 @@ func (c *Coordinator) finishAborted(ctx context.Context, cs Shard, rec *etcd.Cro
 		_, err := c.shards[i].ReleaseLocks(ctx, by[i], sel)
 		return err
 	})
+	if err == nil {
+		err = c.releaseParts(ctx, rec, c.router.CoordinatorOf(rec.Request.AggregateID))
+	}
 	if err != nil || rec.Finished {
 		return err
 	}

@@ -96,7 +96,8 @@ func newID() string {
 // PrepareAggregate prepares req: in its coordinator shard as a store of one
 // cluster does when every participant lives there, else across shards (the
 // participant shards check their rows, the coordinator shard writes the
-// record and reserves the target's capacity). The answers are the
+// record and reserves its part of the target's capacity, then every other
+// participant shard reserves its own: parts.go). The answers are the
 // contract's.
 func (c *Coordinator) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
@@ -123,5 +124,9 @@ func (c *Coordinator) PrepareAggregate(ctx context.Context, req authority.Aggreg
 	if err != nil {
 		return authority.PrepareAggregateResult{}, err
 	}
-	return cs.PrepareCrossShard(ctx, req, slices.Concat(checks...))
+	res, err := cs.PrepareCrossShard(ctx, req, slices.Concat(checks...))
+	if err != nil || res.Kind != authority.KindPrepared && res.Kind != authority.KindAlreadyPrepared {
+		return res, err
+	}
+	return c.prepared(ctx, cs, ci, res)
 }

@@ -33,28 +33,33 @@
 //     prepared, committed and aborted as in one store (one Txn each). Any
 //     other: each participant shard reads its rows and their owners'
 //     liveness (etcd.CrossShard.CheckParticipants); the coordinator shard
-//     writes the prepared record with a random incarnation and reserves the
-//     target's capacity, in one Txn fenced as a prepare of one store is
-//     (PrepareCrossShard).
+//     writes the prepared record with a random incarnation and reserves its
+//     part of the target's capacity (what the commit moves into it), in one
+//     Txn fenced as a prepare of one store is (PrepareCrossShard); then
+//     every other shard the commit moves rows into reserves its part
+//     (ReservePart, parts.go). A part refused aborts the aggregate,
+//     releases its parts and withdraws the record: conflict.
 //   - Commit, phase 1 (lock). A commit attempt (a random ID, and the record
 //     revision it started from: its base) locks, in each participant shard
 //     and in one Txn, every participant row of that shard: it compares each
 //     row's version with the expected one and the liveness of the owner the
 //     commit needs, and puts the row's lock (a key of its own,
 //     schema.Layout.RowLock), which every write of an existing row compares
-//     absent (storeversion.RowLocks).
+//     absent (storeversion.RowLocks); the Txn also compares the shard's
+//     part reserved (a part a stopped prepare left missing is reserved
+//     first).
 //   - Decision. With every shard locked, the record moves to committed in one
 //     Txn comparing its revision with the attempt's base: the single decision
 //     point. A shard found stale (a row changed, an owner not live) releases
 //     the attempt's locks and the commit answers stale, the record still
 //     prepared (as a commit in one store answers).
 //   - Phase 2 (apply). Each participant shard applies its part in one Txn
-//     comparing its locks, and deletes them; then the coordinator shard
-//     finishes the record (it expires, and the target's reserved capacity,
-//     now held by the moved rows' own entries, is released).
-//   - Abort: the record moves to aborted (releasing the reserved capacity),
-//     then every shard releases the incarnation's locks, then the record is
-//     finished.
+//     comparing its locks, deletes them and turns its reserved capacity
+//     into the moved rows' entries; then the coordinator shard finishes the
+//     record (it expires).
+//   - Abort: the record moves to aborted (releasing the coordinator shard's
+//     part), then every shard releases the incarnation's locks and its
+//     part, then the record is finished.
 //
 // # Recovery
 //

@@ -213,3 +213,25 @@ func (f faultShard) ReadLocked(ctx context.Context, key authority.Key) (res auth
 	})
 	return res, l, err
 }
+
+func (f faultShard) ReservePart(ctx context.Context, rec *etcdstore.CrossRecord, keys []authority.Key) (kind etcdstore.PartKind, err error) {
+	err = f.k.do(ctx, "ReservePart", func(ctx context.Context) error {
+		kind, err = f.Shard.ReservePart(ctx, rec, keys)
+		return err
+	})
+	return kind, err
+}
+
+func (f faultShard) ReleasePart(ctx context.Context, rec *etcdstore.CrossRecord, keys []authority.Key) error {
+	return f.k.do(ctx, "ReleasePart", func(ctx context.Context) error {
+		return f.Shard.ReleasePart(ctx, rec, keys)
+	})
+}
+
+func (f faultShard) Withdraw(ctx context.Context, rec *etcdstore.CrossRecord) (ok bool, err error) {
+	err = f.k.do(ctx, "Withdraw", func(ctx context.Context) error {
+		ok, err = f.Shard.Withdraw(ctx, rec)
+		return err
+	})
+	return ok, err
+}

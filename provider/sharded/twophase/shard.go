@@ -42,6 +42,11 @@ type Shard interface {
 	ApplyParticipants(ctx context.Context, rec *etcd.CrossRecord, keys []authority.Key) (map[authority.Key]int64, error)
 	ReleaseLocks(ctx context.Context, keys []authority.Key, sel etcd.LockSelector) (int, error)
 	ReadLocked(ctx context.Context, key authority.Key) (authority.ReadResult, *etcd.RowLock, error)
+
+	// the target's capacity a participant shard's commit moves in
+	ReservePart(ctx context.Context, rec *etcd.CrossRecord, keys []authority.Key) (etcd.PartKind, error)
+	ReleasePart(ctx context.Context, rec *etcd.CrossRecord, keys []authority.Key) error
+	Withdraw(ctx context.Context, rec *etcd.CrossRecord) (bool, error)
 }
 
 // etcdShard is an etcd store as a Shard.
