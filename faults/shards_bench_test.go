@@ -29,19 +29,30 @@ import (
 //	go test ./faults/ -run '^$' -bench BenchmarkShards -benchtime 6000x -count 1
 func BenchmarkShards(b *testing.B) {
 	clusters := startShardClusters(b, etcdcluster.Options{Fsync: true}, 1, 1, 1)
-	b.Run("shards=1", func(b *testing.B) { benchShards(b, clusters[:1], 64) })
-	b.Run("shards=3", func(b *testing.B) { benchShards(b, clusters, 64) })
-	b.Run("one-shard-of-3", func(b *testing.B) { benchShards(b, clusters[:1], 21) })
+	b.Run("shards=1", func(b *testing.B) { benchShards(b, clusters[:1], 64, true) })
+	b.Run("shards=3", func(b *testing.B) { benchShards(b, clusters, 64, true) })
+	// the same store with capacity escrow on (a store that may take a
+	// capacity policy): every reservation a group commit fenced on its
+	// node's budget slice
+	b.Run("shards=3-escrow", func(b *testing.B) { benchShards(b, clusters, 64, false) })
+	b.Run("one-shard-of-3", func(b *testing.B) { benchShards(b, clusters[:1], 21, true) })
 }
 
 var benchShardsRun int
 
 // benchShards runs b.N pairs from clients goroutines through one sharded
-// store over clusters, in a fresh namespace.
-func benchShards(b *testing.B, clusters []*etcdcluster.Cluster, clients int) {
+// store over clusters, in a fresh namespace; noPolicy opens it with
+// NoCapacityPolicy (no capacity escrow).
+func benchShards(b *testing.B, clusters []*etcdcluster.Cluster, clients int, noPolicy bool) {
 	benchShardsRun++
 	ns := fmt.Sprintf("/faults/bench-shards/%d/", benchShardsRun)
-	st := openSharded(b, clusters, ns, 30*time.Second)
+	cfg := shardedConfig(shardClients(b, clusters), ns, 30*time.Second)
+	cfg.NoCapacityPolicy = noPolicy
+	st, err := sharded.New(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()
 	tgt := conformance.TargetA
 	if err := st.MarkLive(ctx, tgt.Descriptor(), tgt.NodeLifecycleGeneration, tgt.Owner, time.Hour); err != nil {

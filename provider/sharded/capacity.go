@@ -52,6 +52,9 @@ func (s *Store) SetCapacityPolicy(ctx context.Context, p authority.CapacityPolic
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
+	if p != nil && s.cfg.NoCapacityPolicy {
+		return authority.Invalid("This store was opened with NoCapacityPolicy: it runs no capacity escrow, so it takes no capacity policy; open one without NoCapacityPolicy.")
+	}
 	for _, sh := range s.shards {
 		sh.store.SetCapacityPolicy(p)
 	}

@@ -9,7 +9,9 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // aggregateIDIn returns an aggregate ID whose coordinator shard is i.
@@ -69,4 +71,38 @@ func TestCrossShardCommitKeepsTheLimit(t *testing.T) {
 	_, err = s.ReconcileEscrow(context.Background(), true)
 	require.NoError(t, err)
 	require.Equal(t, 0, reserveUntilRefused(t, fx, s, 2, "reclaimed", conformance.TargetB, limit))
+}
+
+// TestNoCapacityPolicyRunsNoEscrow: a store of several shards opened with
+// NoCapacityPolicy reserves without the escrow (no budget key is written in
+// any shard, no grow is asked), refuses a policy at New and at
+// SetCapacityPolicy with nothing changed, and still places rows in every
+// shard.
+func TestNoCapacityPolicyRunsNoEscrow(t *testing.T) {
+	shards := shardConfigs(t, clusterCount)
+	_, err := sharded.New(context.Background(), sharded.Config{Shards: shards, NoCapacityPolicy: true, CapacityPolicy: conformance.ActorLimit(1)})
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	s := newStore(t, 0, sharded.Config{Shards: shards, NoCapacityPolicy: true})
+	fx := conformance.NewFixture(t, harnessFor(s, nil))
+	for i := range clusterCount {
+		for n := range 3 {
+			_, id := keyInShard(t, s, i, fmt.Sprintf("free-%d", n))
+			res, err := s.Reserve(fx.Ctx(), fx.ReserveRequest(authority.ObjectActor, id, conformance.TargetB))
+			require.NoError(t, err)
+			require.Equal(t, authority.KindReserved, res.Kind)
+		}
+	}
+	require.ErrorIs(t, s.SetCapacityPolicy(fx.Ctx(), conformance.ActorLimit(1)), authority.ErrInvalidArgument)
+	require.NoError(t, s.SetCapacityPolicy(fx.Ctx(), nil))
+	require.Equal(t, sharded.EscrowStats{}, s.EscrowStats())
+	for i, sc := range shards {
+		resp, err := sc.Client.Get(context.Background(), schema.Prefix(sc.Namespace, schema.EntryEscrow), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		require.NoError(t, err)
+		require.Zero(t, resp.Count, "shard %d holds capacity escrow keys", i)
+	}
+	// with no policy, a fourth actor on the node is admitted in any shard
+	_, id := keyInShard(t, s, 0, "free-more")
+	res, err := s.Reserve(fx.Ctx(), fx.ReserveRequest(authority.ObjectActor, id, conformance.TargetB))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindReserved, res.Kind)
 }

@@ -57,6 +57,16 @@ type Config struct {
 	// (nil: none).
 	Logger *slog.Logger
 
+	// NoCapacityPolicy declares that this store never takes a capacity
+	// policy: over several shards it then runs no capacity escrow, and a
+	// reservation is one Txn in its shard, as on one cluster without a
+	// policy, instead of a group commit fenced on the node's budget slice
+	// (BenchmarkShards: ≈ 2× the reserve+commit pairs a second over 3
+	// shards). CapacityPolicy must be nil and SetCapacityPolicy refuses a
+	// policy (ErrInvalidArgument). Stores of one namespace may differ in
+	// it: one without a policy admits every placement, as on one cluster.
+	NoCapacityPolicy bool
+
 	// EscrowChunk is the capacity escrow's grant size over several shards
 	// (escrow.Config.Chunk: a shard short of a node's budget asks for this
 	// many times what waits; 0: escrow.DefaultChunk).
@@ -95,6 +105,9 @@ func (cfg *Config) check() error {
 				return authority.Invalid(fmt.Sprintf("Shard %d sets %s: set it in the sharded Config, which applies it to every shard.", i, field))
 			}
 		}
+	}
+	if cfg.NoCapacityPolicy && cfg.CapacityPolicy != nil {
+		return authority.Invalid("NoCapacityPolicy is set, and so is CapacityPolicy: a store declared without a capacity policy takes none.")
 	}
 	if cfg.EscrowChunk < 0 {
 		return authority.Invalid(fmt.Sprintf("EscrowChunk %d is below 0.", cfg.EscrowChunk))

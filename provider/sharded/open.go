@@ -31,7 +31,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	n := len(cfg.Shards)
 	s := &Store{cfg: cfg, shards: make([]*shard, n), num: numbering{n: n}}
 	s.life, s.endLife = context.WithCancel(context.Background())
-	if n > 1 && !cfg.ReadOnly {
+	if n > 1 && !cfg.ReadOnly && !cfg.NoCapacityPolicy {
 		var err error
 		if s.mover, err = escrow.New(escrow.Config{Shards: n, Chunk: cfg.EscrowChunk, Logger: cfg.Logger}); err != nil {
 			return nil, err
