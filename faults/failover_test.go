@@ -155,15 +155,23 @@ func writesAt(ls []failoverNodeLine, at time.Time) failoverNodeLine {
 	return out
 }
 
-// requireIndexed requires owner's index to hold n entries.
+// requireIndexed requires owner's index to hold n entries: its owner index
+// entries and its placement keys on the holder's node (store version
+// FewerKeys, where a row's placement key is its index entry).
 func requireIndexed(t *testing.T, cli *clientv3.Client, ns string, owner authority.OwnerToken, n int) {
 	t.Helper()
-	resp, err := cli.Get(settle(t), schema.OwnerIndexPrefix(ns, owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
+	holder := authority.NodeDescriptor{MeshName: conformance.NodeA.MeshName, RID: "holder"}
+	var count int64
+	for _, prefix := range []string{schema.OwnerIndexPrefix(ns, owner),
+		schema.NewLayout(ns).PlacementOwnerPrefix(holder, conformance.NodeLifecycle, owner)} {
+		resp, err := cli.Get(settle(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		count += resp.Count
 	}
-	if resp.Count != int64(n) {
-		t.Fatalf("owner %+v has %d index entries, want %d", owner, resp.Count, n)
+	if count != int64(n) {
+		t.Fatalf("owner %+v has %d index entries, want %d", owner, count, n)
 	}
 }
 

@@ -13,6 +13,7 @@ func TestMain(m *testing.M) {
 	runPausedOwnerIfRequested()
 	runDownstreamWriterIfRequested()
 	runFailoverNodeIfRequested()
+	runShard2PCChildIfRequested()
 	runReshardNodeIfRequested()
 	runReshardMoverIfRequested()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeUpgradeBuilds() }))

@@ -92,6 +92,13 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	}
 	f.waitKept(t, 10) // same-owner moves that keep their token, at the new version
 	compactRows := waitRowsOfFormat(t, srv.Client(t), ns, 2, 10)
+	placed := waitPlacedRows(t, srv.Client(t), ns, 10)
+	// each node once more after finalize: its next lease generation rebinds
+	// and removes the previous one's rows, of both layouts
+	for _, n := range nodes {
+		roll(n, bins.cur)
+		rolled++
+	}
 	f.stopAll()
 	for _, n := range nodes {
 		lost += f.lost(ctx, st, n)
@@ -102,9 +109,9 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fmt.Printf("upgrade: nodes=%d previous=%.12s rolled=%d downgraded=%d acked=%d lost=%d corrupt=%d refused=%d errors=%d "+
-		"over-admitted=%d most-held=%d/%d token-violations=%d tokens-kept-after-finalize=%d finalize-blocked-while-old=%v finalized-to=%d compact-rows=%d\n",
+		"over-admitted=%d most-held=%d/%d token-violations=%d tokens-kept-after-finalize=%d finalize-blocked-while-old=%v finalized-to=%d compact-rows=%d placement-key-rows=%d\n",
 		len(nodes), bins.prevCommit, rolled, downgraded, f.acked, lost, len(f.corrupt), len(f.refused), len(f.errs),
-		over, most, upgradeLimit, violations, kept, blockedWhileOld, res.To, compactRows)
+		over, most, upgradeLimit, violations, kept, blockedWhileOld, res.To, compactRows, placed)
 	if lost+len(f.corrupt)+len(f.refused)+over+violations > 0 || len(f.errs) > 0 {
 		t.Errorf("corrupt %v; errors %v", f.corrupt, f.errs)
 	}
@@ -248,6 +255,27 @@ func waitRowsOfFormat(t *testing.T, c *clientv3.Client, ns string, format, n int
 		rows = 0
 		for _, kv := range resp.Kvs {
 			if schema.RowFormat(kv.Value) == format {
+				rows++
+			}
+		}
+		return rows >= n
+	})
+	return rows
+}
+
+// waitPlacedRows waits until at least n rows of the namespace are placed by
+// their placement key (storeversion.FewerKeys) and returns how many are.
+func waitPlacedRows(t *testing.T, c *clientv3.Client, ns string, n int) (rows int) {
+	t.Helper()
+	eventuallyTrue(t, fmt.Sprintf("%d rows with placement keys", n), func() bool {
+		resp, err := c.Get(context.Background(), ns+"rows/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = 0
+		for _, kv := range resp.Kvs {
+			r, err := schema.DecodeRow(authority.Key(strings.TrimPrefix(string(kv.Key), ns+"rows/")), kv)
+			if err == nil && r.PlacementKey {
 				rows++
 			}
 		}

@@ -11,7 +11,6 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	lin "github.com/zlink-systems/authority/internal/testkit/linearizability"
-	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
 // rowKnowledge is what a client last saw of a key: the row as the model
@@ -72,10 +71,11 @@ type workerStats struct {
 }
 
 // linClient is one client of the linearizability workload: its own etcd
-// client and store, one operation at a time.
+// client and store (an etcd store, or a sharded one), one operation at a
+// time.
 type linClient struct {
 	id int
-	st *etcdstore.Store
+	st authority.Store
 	// reader answers the client's reads (nil: st).
 	reader interface {
 		ReadAuthority(ctx context.Context, key authority.Key) (authority.ReadResult, error)
@@ -235,7 +235,7 @@ type workload struct {
 // newWorkload makes n clients, each with its own etcd client of every
 // member and its own store in namespace ns, over the given keys. The owner of
 // tgt must be live.
-func newWorkload(t testing.TB, newClientStore func() *etcdstore.Store, tgt authority.CreationTarget, n int, keys []string, seed uint64) *workload {
+func newWorkload[S authority.Store](t testing.TB, newClientStore func() S, tgt authority.CreationTarget, n int, keys []string, seed uint64) *workload {
 	w := &workload{rec: &recorder{}}
 	for i := range n {
 		w.clients = append(w.clients, &linClient{

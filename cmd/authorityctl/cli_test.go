@@ -433,7 +433,7 @@ func TestPruneEpochs(t *testing.T) {
 
 	out, errOut, code = cli(t, nil, on(ns, "prune-epochs", "--yes")...)
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `pruned 1 capacity epochs:\nMESH\s+NODE\s+LIFECYCLE\s*\ndemo\s+node-a\s+1\s*\n`, out)
+	require.Regexp(t, `pruned 1 keys \(capacity epochs and empty owner directories\); the epochs:\nMESH\s+NODE\s+LIFECYCLE\s*\ndemo\s+node-a\s+1\s*\n`, out)
 	require.Empty(t, dryRun().Epochs)
 	epochs, err := testClient.Get(ctx, schema.Prefix(ns, schema.EntryCapacityEpoch), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)

@@ -426,7 +426,7 @@ func doctorLimits(ctx context.Context, c *clientv3.Client, ns string, maxOps, ma
 		d.add("max txn ops", checkFail, "a compare that cannot hold succeeded: the server is not etcd-compatible")
 	case err == nil:
 		d.add("max txn ops", checkOK, "the server accepts a Txn of %d operations (provider MaxTxnOps %d: aggregates of up to %d participants leaving one node, %d leaving as many nodes; owner removal in batches of %d rows)",
-			maxOps, maxOps, (maxOps-4)/5, (maxOps-3)/6, maxOps/4)
+			maxOps, maxOps, (maxOps-4)/5, (maxOps-4)/6, maxOps/5)
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		d.add("max txn ops", checkFail, "the server refuses a Txn of %d operations: its --max-txn-ops is lower; raise it to at least %d or lower the provider's MaxTxnOps (>= 8)", maxOps, maxOps)
 	default:

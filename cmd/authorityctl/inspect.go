@@ -112,11 +112,11 @@ func listOwners(ctx context.Context, c *clientv3.Client, ns string, skip func(er
 				v.ExpiresAt = rfc3339(now.Add(time.Duration(ttl.TTL) * time.Second))
 			}
 		}
-		cnt, err := c.Get(ctx, schema.OwnerIndexPrefix(ns, l.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(le.rev))
+		rows, err := ownerIndexCount(ctx, c, ns, l.Owner, le.rev)
 		if err != nil {
 			return v, false, err
 		}
-		v.Rows = cnt.Count
+		v.Rows = rows
 		return v, true, nil
 	})
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/coordinator"
 	"github.com/zlink-systems/authority/internal/embedded"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/preflight"
@@ -72,5 +75,30 @@ func (r mainRunner) run() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := abortGoldenReservation(ctx, store, leases[0].Token()); err != nil {
+		return 0, err
+	}
 	return r.m.Run(), nil
+}
+
+// abortGoldenReservation reserves an Actor and aborts it, so that the
+// golden namespace holds reservation terminals to list (a commit writes
+// none from store version FewerKeys on; an abort still does).
+func abortGoldenReservation(ctx context.Context, s *etcdstore.Store, owner authority.OwnerToken) error {
+	request := []byte("never created")
+	sum := sha256.Sum256(request)
+	target := authority.CreationTarget{MeshName: demoMesh, NodeRID: demoNodeA.RID, NodeLifecycleGeneration: 1, Owner: owner}
+	key := authority.ObjectKey{Kind: authority.ObjectActor, GlobalID: "aborted-1"}
+	res, err := s.Reserve(ctx, authority.ReserveRequest{Key: key,
+		Intent: authority.CreationIntent{StableType: demoActorType, RequestContentReference: coordinator.EncodeContentReference(request),
+			RequestSHA256: sum[:], RequestEncodedSize: int64(len(request))},
+		Target: target, CreatingPayload: []byte("creating"), Capacity: authority.CapacityVector{Actors: 1}})
+	if err != nil || res.Kind != authority.KindReserved {
+		return fmt.Errorf("reserve aborted-1: %v %v", res.Kind, err)
+	}
+	ab, err := s.Abort(ctx, authority.AbortRequest{Key: key, ReservationID: res.ReservationID, ExpectedStoreVersion: res.Creating.StoreVersion, Target: target})
+	if err != nil || ab.Kind != authority.KindAborted {
+		return fmt.Errorf("abort aborted-1: %v %v", ab.Kind, err)
+	}
+	return nil
 }

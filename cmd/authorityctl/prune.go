@@ -36,7 +36,8 @@ func newPruneEpochsCommand(g *globals) *cobra.Command {
 		Annotations: map[string]string{annotationWrites: "with --yes: deletes the capacity epochs of node lifecycles that hold no capacity"},
 		Short:       "Delete the capacity epochs of node lifecycles that hold no capacity",
 		Long: `Delete the capacity epoch key of every node lifecycle that holds no
-capacity entry (the store's PruneCapacityEpochs). Every node restart is a new
+capacity entry (the store's PruneCapacityEpochs), and every owner directory key
+that names no placement key (store version 4). Every node restart is a new
 lifecycle, and each lifecycle that ever held capacity leaves its epoch key
 behind until it is pruned. Each delete is fenced on the node's capacity range
 being empty, so it is safe next to running stores. This is an operator
@@ -103,7 +104,7 @@ func pruneEpochs(ctx context.Context, g *globals, s *etcdstore.Store, c *clientv
 	}
 	t := addRows(epochsTable(), out.Epochs, (*table).addEpoch)
 	if g.output == outputTable || g.output == outputWide {
-		fmt.Fprintf(g.stdout, "pruned %d capacity epochs:\n", n)
+		fmt.Fprintf(g.stdout, "pruned %d keys (capacity epochs and empty owner directories); the epochs:\n", n)
 	}
 	return render(g.stdout, g.output, out, t)
 }

@@ -93,18 +93,30 @@ lease is still live is refused unless --force is given.`,
 	return cmd
 }
 
-// ownerRows reads the rows of owner through the provider's owner index.
+// ownerRows reads the rows of owner through the provider's owner index (of
+// either layout: ownerIndexQueries).
 func ownerRows(ctx context.Context, g *globals, c *clientv3.Client,
 	read func(context.Context, authority.Key) (authority.ReadResult, error), owner authority.OwnerToken) ([]rowView, error) {
-	q := entryQuery{prefix: schema.OwnerIndexPrefix(g.namespace, owner), opts: []clientv3.OpOption{clientv3.WithKeysOnly()}}
-	return listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
-		r, err := read(ctx, le.entry.Key)
+	qs, err := ownerIndexQueries(ctx, c, g.namespace, owner, 0)
+	if err != nil {
+		return nil, err
+	}
+	rows := []rowView{}
+	for _, q := range qs {
+		part, err := listEntries(ctx, c, g.namespace, q, func(le listedEntry) (rowView, bool, error) {
+			r, err := read(ctx, le.entry.Key)
+			if err != nil {
+				return rowView{}, false, err
+			}
+			if r.Kind != authority.KindSnapshot || r.Snapshot.Owner() != owner {
+				return rowView{}, false, nil
+			}
+			return viewRow(le.entry.Key, r.Snapshot), true, nil
+		})
 		if err != nil {
-			return rowView{}, false, err
+			return nil, err
 		}
-		if r.Kind != authority.KindSnapshot || r.Snapshot.Owner() != owner {
-			return rowView{}, false, nil
-		}
-		return viewRow(le.entry.Key, r.Snapshot), true, nil
-	})
+		rows = append(rows, part...)
+	}
+	return rows, nil
 }

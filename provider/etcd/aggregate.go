@@ -17,8 +17,10 @@ import (
 
 // aggregateOpsPerParticipant is the most operations one participant adds to
 // the commit Txn (newOwner: row, two capacity entries, two owner index
-// entries); the Txn also writes the record, the aggregate's capacity, the
-// target's capacity epoch and the epoch of each node a participant leaves.
+// entries; or, from storeversion.FewerKeys on, row, two placement keys and
+// at most one owner index entry deleted); the Txn also writes the record,
+// the aggregate's capacity, the target's capacity epoch and owner directory
+// key (FewerKeys), and the epoch of each node a participant leaves.
 const aggregateOpsPerParticipant = 5
 
 // prepareAggregate checks the participants and reserves the target's
@@ -65,6 +67,15 @@ type aggregatePrepare struct {
 	target          authority.PlacementAllocation
 	aggKey, liveKey string
 	fullRange       bool // read the target's capacity range, watched or not
+	// a cross-shard prepare (crossshard.go): the participants other shards
+	// checked, and the record's incarnation ("" for a prepare of one store)
+	foreign map[authority.Key]*ParticipantCheck
+	inc     string
+}
+
+// record is the prepared record p writes.
+func (p *aggregatePrepare) record() *schema.AggregateRecord {
+	return &schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone(), Incarnation: p.inc}
 }
 
 // preparedTxn is an attempt's Txn and what its failure is judged by.
@@ -83,13 +94,15 @@ func (p *aggregatePrepare) conflict() *authority.PrepareAggregateResult {
 func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggregateResult, error) {
 	s := p.s
 	policy := s.capacityPolicy()
-	gets := make([]clientv3.Op, len(p.req.Participants))
-	for i, part := range p.req.Participants {
-		gets[i] = opGet(s.keys.Row(part.AuthorityKey))
+	gets := make([]clientv3.Op, 0, len(p.req.Participants))
+	for _, part := range p.req.Participants {
+		if p.foreign[part.AuthorityKey] == nil {
+			gets = append(gets, opGet(s.keys.Row(part.AuthorityKey)))
+		}
 	}
 	first := []clientv3.Op{opGet(p.aggKey), opGet(p.liveKey)}
 	var ur usageRead
-	if policy != nil {
+	if policy != nil || s.escrow != nil {
 		first, ur = s.addUsageReads(first, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, p.fullRange)
 	}
 	resp, got, err := s.readWithRows(ctx, first, gets)
@@ -106,21 +119,56 @@ func (p *aggregatePrepare) attempt(ctx context.Context) (*authority.PrepareAggre
 	pt.t.Cmp(modRevIs(p.aggKey, pt.expiredRev))
 	pt.t.OrGet(p.aggKey) // the record decides first: read it on failure
 	pt.t.Cmp(s.liveCmp(p.req.TargetDescriptor, p.req.TargetDescriptorLifecycleGeneration, p.req.TargetOwner))
-	if policy != nil {
+	if policy != nil || s.escrow != nil {
 		u, epoch, ok, err := s.usageAt(ctx, resp, ur)
 		if err != nil || !ok {
 			p.fullRange = err == nil // the watched usage is not that of the read
 			return nil, err
 		}
-		if !fits(policy, p.target, u) {
+		held := p.held(got)
+		if !fits(policy, held, u) {
 			return p.conflict(), nil
 		}
+		sl, err := s.sliceAt(resp, ur)
+		if err != nil {
+			return nil, err
+		}
+		if !sl.holds(held, u) {
+			return p.growForPrepare(ctx, held.Capacity) // escrow mode: the slice is short
+		}
 		s.fenceCapacity(pt.t, p.target.Descriptor, p.target.DescriptorLifecycleGeneration, epoch)
+		sl.fence(pt.t)
 	}
 	if out, err := p.addParticipants(got, &pt); err != nil || out != nil {
 		return out, err
 	}
 	return p.send(ctx, pt)
+}
+
+// held is the target capacity the prepare reserves in this store: the
+// request's, or for a cross-shard prepare the part its commit moves into
+// this store (the capacity of the newOwner participants whose rows are
+// here, as read in got; crossshard_capacity.go), the other shards reserving
+// theirs.
+func (p *aggregatePrepare) held(got txnkit.Reads) authority.PlacementAllocation {
+	if p.inc == "" {
+		return p.target
+	}
+	held := p.target
+	held.Capacity = authority.CapacityVector{}
+	for _, part := range p.req.Participants {
+		if p.foreign[part.AuthorityKey] != nil || part.OwnerTransition != authority.TransitionNewOwner {
+			continue
+		}
+		// a row not as expected makes the prepare a conflict
+		// (addParticipants); two Spot types an error
+		if r, err := p.s.rowIn(got, part.AuthorityKey); err == nil && r != nil {
+			if c, err := authority.AddCapacity(held.Capacity, r.Alloc.Capacity); err == nil {
+				held.Capacity = c
+			}
+		}
+	}
+	return held
 }
 
 // recordDecides answers from a live record already at the fence, or notes
@@ -153,8 +201,21 @@ func (p *aggregatePrepare) recordDecides(got txnkit.Reads, pt *preparedTxn) (*au
 func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*authority.PrepareAggregateResult, error) {
 	s, t := p.s, pt.t
 	source := authority.CapacityVector{}
+	var err error
 	left := map[string]bool{} // the capacity epochs of the nodes newOwner participants leave
 	for _, part := range p.req.Participants {
+		if f := p.foreign[part.AuthorityKey]; f != nil {
+			// checked in its own shard (its own read, not fenced here)
+			if !f.matches(part) {
+				return p.conflict(), nil
+			}
+			if part.OwnerTransition == authority.TransitionNewOwner {
+				if source, err = authority.AddCapacity(source, f.Row.Allocation.Capacity); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
 		r, err := s.rowIn(got, part.AuthorityKey)
 		if err != nil {
 			return nil, err
@@ -190,10 +251,15 @@ func (p *aggregatePrepare) addParticipants(got txnkit.Reads, pt *preparedTxn) (*
 	if !source.Equal(p.req.Capacity) {
 		return p.conflict(), nil
 	}
-	t.Put(p.aggKey, (&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}).Encode())
-	reserved := p.target
+	if p.inc != "" {
+		if err := s.rowLocksFence(t, "a cross-shard aggregate"); err != nil {
+			return nil, err
+		}
+	}
+	t.Put(p.aggKey, p.record().Encode())
+	reserved := p.held(got)
 	reserved.State = authority.AllocationReserved
-	t.Put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, p.req.Capacity))
+	t.Put(s.keys.CapacityAggregate(reserved, p.fence), s.capacityValue(t, reserved.State, reserved.Capacity))
 	s.touchCapacity(t, reserved)
 	return nil, nil
 }
@@ -206,7 +272,7 @@ func (p *aggregatePrepare) send(ctx context.Context, pt preparedTxn) (*authority
 		return nil, err
 	}
 	if tresp.Succeeded {
-		s.aggs.Put(p.aggKey, knownAggregate{&schema.AggregateRecord{State: schema.AggregatePrepared, Request: *p.req.Clone()}, tresp.Header.Revision}, true)
+		s.aggs.Put(p.aggKey, knownAggregate{p.record(), tresp.Header.Revision}, true)
 		return &authority.PrepareAggregateResult{Kind: authority.KindPrepared, Fence: p.fence}, nil
 	}
 	failed := txnkit.ReadsOf(tresp)
@@ -271,6 +337,7 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 		// the commit rewrites the row with its payload, and its capacity
 		// entry and owner index; the prepare compares the row
 		commit.Bytes += len(s.keys.Row(p.AuthorityKey)) + len(p.AuthorityPayload) + 512 + 4*(len(s.keys.Namespace())+len(p.AuthorityKey)+200)
+		commit.Bytes += 2 * (len(s.keys.RowLock(p.AuthorityKey)) + txnkit.OpOverhead) // its row lock's compare and read
 		prepare.Bytes += len(s.keys.Row(p.AuthorityKey)) + 2*txnkit.OpOverhead
 	}
 	// the prepare puts the prepared record, which holds every payload and
@@ -282,10 +349,11 @@ func (s *Store) checkAggregateFits(req *authority.AggregatePrepareRequest, sourc
 	key := len(s.keys.Aggregate(fence)) + txnkit.OpOverhead
 	prepare.Bytes += key + len(prepared.Encode())
 	commit.Bytes += key + len(finished.Encode())
-	// compares: a row and at most one owner liveness per participant, the
-	// record and the target's liveness; ops: see aggregateOpsPerParticipant.
-	commitOps := max(2*n+2, aggregateOpsPerParticipant*n+3+sourceNodes)
-	prepareOps := 2*n + 3
+	// compares: a row, its row lock and at most one owner liveness per
+	// participant, the record and the target's liveness; ops: see
+	// aggregateOpsPerParticipant.
+	commitOps := max(3*n+2, aggregateOpsPerParticipant*n+4+sourceNodes)
+	prepareOps := 2*n + 4 + s.fenceCmps()
 	for _, c := range []struct {
 		t   *txnkit.Txn
 		ops int
@@ -412,6 +480,16 @@ func (s *Store) commitAggregate(ctx context.Context, aggKey string, rec *schema.
 	case schema.AggregateCommitted:
 		return authority.CommitAggregateResult{Kind: authority.KindAlreadyCommitted}, nil
 	case schema.AggregatePrepared:
+		if err := crossShardOnly(rec); err != nil {
+			if known { // remembered: it may have been withdrawn since
+				fresh, freshRev, err := s.readAggregate(ctx, aggKey)
+				if err != nil {
+					return authority.CommitAggregateResult{}, err
+				}
+				return s.commitAggregate(ctx, aggKey, fresh, freshRev, false)
+			}
+			return authority.CommitAggregateResult{}, err
+		}
 	default:
 		return stale, nil
 	}
@@ -513,18 +591,14 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 		if r == nil || r.Alloc.State != authority.AllocationActive || r.Version() != p.ExpectedStoreVersion {
 			return nil, nil
 		}
-		rowKey := s.keys.Row(p.AuthorityKey)
-		t.Cmp(modRevIs(rowKey, r.ModRev))
-		n := r.Next(0)
-		n.Payload = append([]byte(nil), p.AuthorityPayload...)
-		next[i] = n
+		t.Cmp(modRevIs(s.keys.Row(p.AuthorityKey), r.ModRev))
+		s.lockFree(t, p.AuthorityKey)
 		if p.OwnerTransition != authority.TransitionNewOwner {
 			live(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, r.Owner)
-			t.Put(rowKey, s.rowValue(t, n))
-			continue
+		} else {
+			live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
 		}
-		live(req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration, req.TargetOwner)
-		s.moveToTarget(t, req, rowKey, r, n)
+		next[i] = s.rewriteParticipant(t, req, p, r)
 	}
 	reserved := req.TargetAllocation()
 	reserved.State = authority.AllocationReserved
@@ -533,13 +607,28 @@ func (s *Store) buildAggregateCommit(aggKey string, rec *schema.AggregateRecord,
 	return t, next
 }
 
-// moveToTarget writes n, the row r at rowKey moved to req's target owner and node: the
-// row, its capacity entry and its owner index entry.
+// rewriteParticipant adds to t the commit's writes of participant p, whose
+// row is r: the row with p's payload, and for a newOwner participant its
+// move to req's target (moveToTarget). It returns the row as written.
+func (s *Store) rewriteParticipant(t *txnkit.Txn, req *authority.AggregatePrepareRequest, p authority.AggregateParticipant, r *schema.Row) *schema.Row {
+	rowKey := s.keys.Row(p.AuthorityKey)
+	n := r.Next(0)
+	n.Payload = append([]byte(nil), p.AuthorityPayload...)
+	if p.OwnerTransition != authority.TransitionNewOwner {
+		t.Put(rowKey, s.rowValue(t, n))
+		return n
+	}
+	s.moveToTarget(t, req, rowKey, r, n)
+	return n
+}
+
+// moveToTarget writes n, the row r at rowKey moved to req's target owner
+// and node: the row, and where its capacity is held (placement.go: its
+// capacity entry and owner index entry, or its placement key, each moved
+// when its key changes).
 func (s *Store) moveToTarget(t *txnkit.Txn, req *authority.AggregatePrepareRequest, rowKey string, r, n *schema.Row) {
-	n.Owner = req.TargetOwner
-	n.Alloc = r.Alloc.Clone()
-	n.Alloc.Descriptor = req.TargetDescriptor
-	n.Alloc.DescriptorLifecycleGeneration = req.TargetDescriptorLifecycleGeneration
+	m := s.moved(t, r, req.TargetOwner, req.TargetDescriptor, req.TargetDescriptorLifecycleGeneration)
+	n.Owner, n.Alloc, n.PlacementKey = m.Owner, m.Alloc, m.PlacementKey
 	n.OwnerGen = 0 // every newOwner transition (as the seed's ++ownerGeneration): this write's revision
 	if r.Owner != n.Owner || !s.atLeast(storeversion.TokenFollowsOwner) {
 		// a new owner or owner lease (or, before TokenFollowsOwner, any
@@ -548,16 +637,7 @@ func (s *Store) moveToTarget(t *txnkit.Txn, req *authority.AggregatePrepareReque
 		n.Token = 0
 	}
 	t.Put(rowKey, s.rowValue(t, n))
-	if oldCap, newCap := s.keys.CapacityRow(r.Alloc, r.Key), s.keys.CapacityRow(n.Alloc, r.Key); oldCap != newCap {
-		t.Del(oldCap)
-		t.Put(newCap, s.capacityValue(t, n.Alloc.State, n.Alloc.Capacity))
-		s.touchCapacity(t, r.Alloc)
-		s.touchCapacity(t, n.Alloc)
-	}
-	if oldIdx, newIdx := s.keys.OwnerRow(r.Owner, r.Key), s.keys.OwnerRow(n.Owner, r.Key); oldIdx != newIdx {
-		t.Del(oldIdx)
-		t.Put(newIdx, "")
-	}
+	s.replace(t, r, n)
 }
 
 // aggregateCommitFailed answers a commit whose Txn failed: the record now
@@ -602,6 +682,16 @@ func (s *Store) abortAggregate(ctx context.Context, fence authority.Fence, rec *
 	case schema.AggregateAborted:
 		return authority.AbortAggregateResult{Kind: authority.KindAlreadyAborted}, nil
 	case schema.AggregatePrepared:
+		if err := crossShardOnly(rec); err != nil {
+			if known { // remembered: it may have been withdrawn since
+				fresh, freshRev, err := s.readAggregate(ctx, s.keys.Aggregate(fence))
+				if err != nil {
+					return authority.AbortAggregateResult{}, err
+				}
+				return s.abortAggregate(ctx, fence, fresh, freshRev, false)
+			}
+			return authority.AbortAggregateResult{}, err
+		}
 	default:
 		return stale, nil
 	}

@@ -81,10 +81,12 @@ func BenchmarkEtcdBatching(b *testing.B) {
 }
 
 // BenchmarkEtcdFormats measures reserve+commit pairs and CAS at 64 clients
-// on a namespace at the version before storeversion.CompactFormat (format 1)
-// and on one at CompactFormat, back to back on one server, each workload
-// twice in alternation (old, new, old, new) so that a load change on the
-// machine shows as a difference between the two runs of one format:
+// on a namespace at the version before storeversion.CompactFormat (format 1),
+// at the one before storeversion.FewerKeys (the compact format, 4 keys a
+// Spot) and at FewerKeys (2 keys a Spot), back to back on one server, each
+// workload twice in alternation (old, new, newer, old, new, newer) so that a
+// load change on the machine shows as a difference between the two runs of
+// one format:
 //
 //	go test -run='^$' -bench=BenchmarkEtcdFormats -benchtime=3000x ./provider/etcd/
 func BenchmarkEtcdFormats(b *testing.B) {
@@ -102,7 +104,7 @@ func BenchmarkEtcdFormats(b *testing.B) {
 		run  func(*testing.B, *clientv3.Client, int, func(*etcdstore.Config))
 	}{{"reserve-commit", benchReserveCommitWith}, {"cas", benchCASWith}} {
 		for round := range 2 {
-			for _, v := range []storeversion.Version{storeversion.CompactFormat - 1, storeversion.CompactFormat} {
+			for _, v := range []storeversion.Version{storeversion.CompactFormat - 1, storeversion.FewerKeys - 1, storeversion.FewerKeys} {
 				b.Run(fmt.Sprintf("%s/version=%d/run=%d/clients=64", w.name, v, round+1), func(b *testing.B) { w.run(b, c, 64, at(v)) })
 			}
 		}

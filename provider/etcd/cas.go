@@ -39,25 +39,27 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 	t := &txnkit.Txn{}
 	t.Cmp(modRevIs(rowKey, cur.ModRev))
 	t.OrGet(rowKey)
+	s.lockFree(t, key)
 	next := cur.Next(0)
+	var retired []retiredCommit
 	switch m.Kind {
 	case authority.MutationDelete:
 		t.Cmp(s.rowOwnerLive(cur))
 		t.Del(rowKey)
-		t.Del(s.keys.CapacityRow(cur.Alloc, key))
-		s.touchCapacity(t, cur.Alloc)
-		t.Del(s.keys.OwnerRow(cur.Owner, key))
+		s.unplace(t, cur)
+		if r, ok := s.retireCommit(cur); ok {
+			retired = append(retired, r)
+		}
 	case authority.MutationRebindOwnerLease:
 		if m.ExpectedOwner != cur.Owner {
 			return s.conflictNow(ctx, key)
 		}
-		next.Owner = m.TargetOwner
+		next = s.moved(t, cur, m.TargetOwner, cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration)
 		next.Token = 0 // a new owner lease: resolved to this write's revision
 		next.Payload = m.Payload
 		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, m.TargetOwner))
 		t.Put(rowKey, s.rowValue(t, next))
-		t.Del(s.keys.OwnerRow(cur.Owner, key))
-		t.Put(s.keys.OwnerRow(next.Owner, key), "")
+		s.replace(t, cur, next)
 	case authority.MutationRestore:
 		if m.ExpectedOwner != cur.Owner {
 			return s.conflictNow(ctx, key)
@@ -70,7 +72,7 @@ func (s *Store) compareExchangeAuthority(ctx context.Context, key authority.Key,
 		s.pretendWrite(t, cur, next)
 		t.Put(rowKey, s.rowValue(t, next))
 	}
-	resp, err := s.sendWrite(ctx, t, "the compare-exchange")
+	resp, err := s.sendRetiring(ctx, t, retired, "the compare-exchange")
 	if err != nil {
 		return authority.CompareExchangeResult{}, err
 	}

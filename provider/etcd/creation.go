@@ -8,6 +8,7 @@ import (
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -46,26 +47,25 @@ func (s *Store) reservationRecord(state string) (schema.ReservationTerminal, tim
 
 // activate writes the reserved row cur as active with payload, turning its
 // capacity entry from reserved to active, into t; it returns the new row
-// (without its revision).
-func (s *Store) activate(t *txnkit.Txn, cur *schema.Row, payload []byte) *schema.Row {
+// (without its revision). committed, when not nil, is kept in the row: the
+// reservation whose commit this is (storeversion.FewerKeys).
+func (s *Store) activate(t *txnkit.Txn, cur *schema.Row, payload []byte, committed *schema.CommittedReservation) *schema.Row {
 	next := cur.Next(0)
 	next.Alloc = cur.Alloc.Clone()
 	next.Alloc.State = authority.AllocationActive
 	next.Pending = nil
+	next.Committed = committed
 	next.Payload = append([]byte(nil), payload...)
 	t.Put(s.keys.Row(cur.Key), s.rowValue(t, next))
-	t.Put(s.keys.CapacityRow(next.Alloc, cur.Key), s.capacityValue(t, next.Alloc.State, next.Alloc.Capacity))
-	s.touchCapacity(t, next.Alloc)
+	s.putCapacity(t, next)
 	return next
 }
 
-// dropReserved deletes the reserved row cur, its capacity and owner index
-// entries, into t.
+// dropReserved deletes the reserved row cur and where its capacity is
+// held, into t.
 func (s *Store) dropReserved(t *txnkit.Txn, cur *schema.Row) {
 	t.Del(s.keys.Row(cur.Key))
-	t.Del(s.keys.CapacityRow(cur.Alloc, cur.Key))
-	s.touchCapacity(t, cur.Alloc)
-	t.Del(s.keys.OwnerRow(cur.Owner, cur.Key))
+	s.unplace(t, cur)
 }
 
 // commitReservation turns a reserved Spot into an active one: one Txn when the
@@ -89,7 +89,10 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		if err != nil {
 			return nil, nil, err
 		}
-		if state == schema.ReservationCommitted && cur != nil && cur.Alloc.State == authority.AllocationActive {
+		// the reservation committed: its terminal says so, or the row it
+		// made still names it (storeversion.FewerKeys)
+		committed := state == schema.ReservationCommitted || s.committedBy(cur, req.ReservationID)
+		if committed && cur != nil && cur.Alloc.State == authority.AllocationActive {
 			return nil, &authority.CommitResult{Kind: authority.KindAlreadyCommitted, Ready: cur.Snapshot(s.clock.Now())}, nil
 		}
 		if !pendingMatches(cur, req.ReservationID, req.ExpectedStoreVersion, req.Target) {
@@ -109,21 +112,7 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 		}
 		cur = c
 	}
-	rec, ttl := s.reservationRecord(schema.ReservationCommitted)
-	var resp *clientv3.TxnResponse
-	var next *schema.Row
-	err = s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
-		t := &txnkit.Txn{}
-		t.Cmp(modRevIs(rowKey, cur.ModRev))
-		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
-		next = s.activate(t, cur, req.ReadyPayload)
-		t.Put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
-		t.OrGet(rowKey)
-		t.OrGet(resKey)
-		var err error
-		resp, err = s.sendWrite(ctx, t, "the commit")
-		return err
-	})
+	resp, next, err := s.sendCommit(ctx, req, cur)
 	if err != nil {
 		return authority.CommitResult{}, err
 	}
@@ -140,6 +129,47 @@ func (s *Store) commitReservation(ctx context.Context, req authority.CommitReque
 	next.Written(resp.Header.Revision)
 	s.remember(next)
 	return authority.CommitResult{Kind: authority.KindCommitted, Ready: next.Snapshot(s.clock.Now())}, nil
+}
+
+// committedBy reports whether r is the row the reservation id's commit
+// made, and still answers a retry of that commit (storeversion.FewerKeys).
+func (s *Store) committedBy(r *schema.Row, id string) bool {
+	return r != nil && r.Committed != nil && r.Committed.ID == id && r.Committed.Until.After(s.clock.Now())
+}
+
+// sendCommit sends the commit of the reserved row cur: the row active, its
+// capacity entry active, fenced on the row's version and its owner's
+// liveness; its Else reads the row and the reservation terminal. From
+// storeversion.FewerKeys on the row keeps the reservation that committed it
+// until the retention ends, and no reservation terminal is written (see
+// committedBy); before, a reservation terminal on a lease says so. It
+// returns the row as written (without its revision).
+func (s *Store) sendCommit(ctx context.Context, req authority.CommitRequest, cur *schema.Row) (*clientv3.TxnResponse, *schema.Row, error) {
+	rowKey, resKey := s.keys.Row(cur.Key), s.keys.Reservation(req.ReservationID)
+	rec, ttl := s.reservationRecord(schema.ReservationCommitted)
+	build := func(t *txnkit.Txn, committed *schema.CommittedReservation) *schema.Row {
+		t.Cmp(modRevIs(rowKey, cur.ModRev))
+		t.Cmp(s.liveCmp(cur.Alloc.Descriptor, cur.Alloc.DescriptorLifecycleGeneration, cur.Owner))
+		t.OrGet(rowKey)
+		t.OrGet(resKey)
+		return s.activate(t, cur, req.ReadyPayload, committed)
+	}
+	if t := (&txnkit.Txn{}); s.fewerKeys(t) {
+		next := build(t, &schema.CommittedReservation{ID: req.ReservationID, Until: rec.ExpiresAt})
+		resp, err := s.sendWrite(ctx, t, "the commit")
+		return resp, next, err
+	}
+	var resp *clientv3.TxnResponse
+	var next *schema.Row
+	err := s.leases.withLeases(ctx, []time.Duration{ttl}, func(ids []clientv3.LeaseID) error {
+		t := &txnkit.Txn{}
+		next = build(t, nil)
+		t.Put(resKey, rec.Encode(), clientv3.WithLease(ids[0]))
+		var err error
+		resp, err = s.sendWrite(ctx, t, "the commit")
+		return err
+	})
+	return resp, next, err
 }
 
 func derefCommit(r *authority.CommitResult) authority.CommitResult {
@@ -318,7 +348,15 @@ func (c *creationCompletion) send(ctx context.Context, cur *schema.Row, termRev 
 	}
 	var resp *clientv3.TxnResponse
 	var next *schema.Row
-	err := s.leases.withLeases(ctx, []time.Duration{resTTL, record.ExpiresAt.Sub(now)}, func(ids []clientv3.LeaseID) error {
+	// from storeversion.FewerKeys on no reservation terminal is written:
+	// the creation terminal answers a retry, and no other operation tells
+	// the terminal of a completed reservation from its absence (a commit
+	// of an Actor is refused; an abort is stale either way)
+	ttls := []time.Duration{record.ExpiresAt.Sub(now), resTTL}
+	if s.atLeast(storeversion.FewerKeys) {
+		ttls = ttls[:1]
+	}
+	err := s.leases.withLeases(ctx, ttls, func(ids []clientv3.LeaseID) error {
 		// granting the leases took time too
 		if err := authority.ValidateTerminalExpiry(record.ExpiresAt, s.clock.Now()); err != nil {
 			return err
@@ -329,13 +367,15 @@ func (c *creationCompletion) send(ctx context.Context, cur *schema.Row, termRev 
 		t.Cmp(modRevIs(c.termKey, termRev))
 		state := string(req.Completion.Kind)
 		if req.Completion.Kind == authority.TerminalCreated {
-			next, state = s.activate(t, cur, req.Completion.ReadyPayload), schema.ReservationCommitted
+			next, state = s.activate(t, cur, req.Completion.ReadyPayload, nil), schema.ReservationCommitted
 		} else {
 			s.dropReserved(t, cur)
 		}
-		rec, _ := s.reservationRecord(state)
-		t.Put(c.resKey, rec.Encode(), clientv3.WithLease(ids[0]))
-		t.Put(c.termKey, schema.EncodeTerminal(record), clientv3.WithLease(ids[1]))
+		if len(ids) > 1 { // before FewerKeys
+			rec, _ := s.reservationRecord(state)
+			t.Put(c.resKey, rec.Encode(), clientv3.WithLease(ids[len(ids)-1]))
+		}
+		t.Put(c.termKey, schema.EncodeTerminalAt(s.writeFormat(t), record), clientv3.WithLease(ids[0]))
 		for _, k := range []string{c.rowKey, c.resKey, c.termKey, liveKey} {
 			t.OrGet(k)
 		}

@@ -15,12 +15,19 @@
 //	                                                owner liveness key, attached to the owner's lease
 //	ns/owner-gens/<esc owner>                       last lease generation handed to the owner
 //	ns/owner-rows/<esc owner>/<lease gen>/<authority key>
-//	                                                owner index (empty value)
+//	                                                owner index (empty value) of a row placed before
+//	                                                store version FewerKeys
+//	ns/owner-nodes/<esc owner>/<lease gen>/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                owner directory (empty value, FewerKeys): the owner
+//	                                                may hold placement keys on that node lifecycle
 //	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
 //	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>
+//	ns/capacity/<esc mesh>/<esc rid>/<lifecycle>/o/<esc owner>/<lease gen>/<authority key>
 //	                                                capacity index: one entry per row or aggregate,
 //	                                                value = its state (reserved or active) and the
-//	                                                capacity vector it holds
+//	                                                capacity vector it holds; a row placed from
+//	                                                FewerKeys on has the o/ one, its placement key,
+//	                                                which is also its owner index
 //	ns/capacity-epochs/<esc mesh>/<esc rid>/<lifecycle>
 //	                                                capacity epoch (empty value): put by every Txn
 //	                                                that changes a capacity entry of the node
@@ -28,6 +35,11 @@
 //	                                                failed, aborted), on a bucketed lease
 //	ns/terminals/<operation key>                    creation terminal, on a bucketed lease
 //	ns/aggregates/<esc aggregate ID>/<generation>   aggregate record (prepared, committed, aborted)
+//	ns/row-locks/<authority key>                    a cross-shard aggregate's lock on a row (its fence, incarnation,
+//	                                                commit attempt and base); every write of an existing row compares
+//	                                                it absent (storeversion.RowLocks)
+//	ns/aggregate-parts/<esc aggregate ID>/<generation>  a shard's part of a cross-shard aggregate applied (its
+//	                                                incarnation and newOwner tokens), on a bucketed lease
 //	ns/blobs/<uuid>                                 relocation blob, on a bucketed lease
 //	ns/store-version/active                         the namespace's active store version (absent:
 //	                                                storeversion.Base); Store.Finalize raises it
@@ -35,6 +47,12 @@
 //	                                                versions it works at), one per etcd lease it holds
 //	                                                (its own and each owner lease's, 16 hex digits),
 //	                                                attached to that lease
+//	ns/capacity-escrow/slices/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                escrow mode only (Config.CapacityEscrow): the node
+//	                                                lifecycle's budget slice in this shard
+//	ns/capacity-escrow/ledgers/<esc mesh>/<esc rid>/<lifecycle>
+//	                                                escrow mode only, in the node's home shard: what its
+//	                                                ledger gave each shard and took back
 //	ns/shard-map/current                            the shard map of a store over several clusters
 //	                                                (provider/sharded): the same in every shard's
 //	                                                namespace; absent in a single cluster's

@@ -117,6 +117,13 @@ func mapError(err error, write bool) error {
 			return authority.Wrap(authority.ErrAccessDenied, "etcd refused the credentials", err)
 		case codes.DeadlineExceeded, codes.Canceled:
 			return unknownOr("did not complete")
+		case codes.Unknown:
+			// etcd before 3.5 answers a request whose deadline (or
+			// cancellation) reached the server with the context's own
+			// text and code Unknown: the same event as DeadlineExceeded
+			if msg := st.Message(); msg == context.DeadlineExceeded.Error() || msg == context.Canceled.Error() {
+				return unknownOr("did not complete (the server saw the request's " + msg + ")")
+			}
 		}
 	}
 	if write { // nothing says it was not applied

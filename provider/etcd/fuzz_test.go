@@ -86,6 +86,9 @@ func FuzzDecodeCapacity(f *testing.F) {
 	f.Add("row/actor/a1", []byte(schema.EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, authority.CapacityVector{Actors: 1})))
 	f.Add("agg/agg-1/1", []byte(schema.EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationReserved, authority.CapacityVector{Spots: 2, SpotType: &authority.SpotTypeCapacity{
 		ObjectKind: authority.ObjectInstanceSpot, StableType: "type-a", Count: 2}})))
+	// a placement key (storeversion.FewerKeys)
+	f.Add("o/owner-a/1/actor/a1", []byte(schema.EncodeCapacityEntryAt(storeversion.FewerKeys, authority.AllocationReserved, authority.CapacityVector{Actors: 1})))
+	f.Add("o/owner-a", []byte(schema.EncodeCapacityEntryAt(storeversion.FewerKeys, authority.AllocationActive, authority.CapacityVector{Actors: 1})))
 	f.Add("row/x", []byte("\x00\x02\x08\x09"))
 	f.Add("row/x", []byte("\x00\x02\x08\x01\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))
 	s := &Store{keys: schema.NewLayout("/ns/")}

@@ -15,6 +15,7 @@ import (
 	"github.com/zlink-systems/authority/conformance"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -36,11 +37,16 @@ type inspected struct {
 	blobData   []byte
 }
 
+// newInspected writes its first rows and records in a namespace at the
+// version before storeversion.FewerKeys (capacity entries with owner index
+// entries, reservation terminals, format-1 creation terminals), then
+// finalizes it and writes the rest (placement keys, owner directory keys,
+// compact creation terminals): every kind of entry of both layouts.
 func newInspected(t *testing.T) *inspected {
 	t.Helper()
 	ctx := context.Background()
 	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, nil, etcdstore.Config{Clock: clock})
+	s := newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: namespaceAt(t, storeversion.FewerKeys-1)})
 	fx := conformance.NewFixture(t, harnessFor(s, clock)) // MarkLive of TargetA and TargetB
 	in := &inspected{s: s, clock: clock, fx: fx, reservations: map[string]string{},
 		aggregates: map[authority.Fence]string{}, requests: map[authority.Fence]authority.AggregatePrepareRequest{}}
@@ -74,12 +80,19 @@ func newInspected(t *testing.T) *inspected {
 		in.reservations[r.Res.ReservationID] = want
 	}
 
+	// from here on, the layout of FewerKeys: a Spot and an Actor leave no
+	// reservation terminal
+	_, err = s.Finalize(ctx, storeversion.Latest, false)
+	require.NoError(t, err)
+	fx.MustCommit(fx.Reserve(authority.ObjectUserSpot, "spot-4", conformance.TargetA), []byte("spot-4 ready"))
+	done := fx.MustComplete(fx.Reserve(authority.ObjectActor, "actor-3", conformance.TargetA), authority.TerminalCreated, []byte("actor-3 ready"), fx.Publication())
+	in.terminals = append(in.terminals, done.Terminal)
+
 	// Aggregates: committed, prepared, aborted.
 	for i, end := range []string{schema.AggregateCommitted, schema.AggregatePrepared, schema.AggregateAborted} {
 		id := []string{"move/1", "move 2", "move-3"}[i]
 		r := fx.Reserve(authority.ObjectUserSpot, "mover-"+id, conformance.TargetA)
 		a := fx.MustCommit(r, []byte("ready"))
-		in.reservations[r.Res.ReservationID] = schema.ReservationCommitted
 		req := conformance.AggregateRequest(id, int64(i+1), conformance.TargetB, a.Allocation.Capacity,
 			conformance.Participant(r.Key, a.StoreVersion, authority.TransitionNewOwner, []byte("moved")))
 		prep, err := s.PrepareAggregate(ctx, req)
@@ -148,6 +161,11 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 	}
 	lastEntry := map[nodeKey]int64{} // the newest capacity entry's ModRevision, per node
 	epochs := map[nodeKey]int64{}
+	type nodeOwner struct {
+		nodeKey
+		owner authority.OwnerToken
+	}
+	directories, placements := map[nodeOwner]bool{}, map[nodeOwner]bool{}
 	for i, e := range entries {
 		kv := kvs[i]
 		seen[e.Kind]++
@@ -172,7 +190,16 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 		case schema.EntryOwnerIndex:
 			require.True(t, strings.HasPrefix(string(kv.Key), schema.OwnerIndexPrefix(ns, e.Owner)))
 			indexed[e.Key] = e.Owner
+		case schema.EntryOwnerNode:
+			placed, err := shared.Get(ctx, schema.NewLayout(ns).PlacementOwnerPrefix(e.Node, e.Lifecycle, e.Owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
+			require.NoError(t, err)
+			require.NotZero(t, placed.Count, "owner directory %+v names no placement key", e)
+			directories[nodeOwner{nodeKey{e.Node, e.Lifecycle}, e.Owner}] = true
 		case schema.EntryCapacity:
+			if e.Owner != (authority.OwnerToken{}) { // a placement key: also the row's owner index
+				indexed[e.Key] = e.Owner
+				placements[nodeOwner{nodeKey{e.Node, e.Lifecycle}, e.Owner}] = true
+			}
 			lastEntry[nodeKey{e.Node, e.Lifecycle}] = max(lastEntry[nodeKey{e.Node, e.Lifecycle}], kv.ModRevision)
 			for _, c := range authority.CapacityEntries(e.Node, e.Lifecycle, e.Capacity.Vector) {
 				k := counterKey{e.Node, e.Lifecycle, c.Counter.ObjectKind, c.Counter.StableType}
@@ -232,9 +259,17 @@ func TestInspectDecodeEntryMatchesStore(t *testing.T) {
 			require.Equal(t, read.Bytes, e.Blob.Data)
 		}
 	}
-	for k := schema.EntryRow; k <= schema.EntryCapacityEpoch; k++ {
+	// every kind a single store writes (escrow keys, row locks, part markers
+	// and the shard map are a sharded store's)
+	for k := schema.EntryRow; k <= schema.EntryOwnerNode; k++ {
+		switch k {
+		case schema.EntryEscrow, schema.EntryRowLock, schema.EntryAggregatePart, schema.EntryShardMap:
+			continue
+		}
 		require.NotZero(t, seen[k], "no %s entry", k)
 	}
+	// every owner with placement keys on a node lifecycle has its directory key there
+	require.Equal(t, placements, directories)
 	// every capacity entry was written with its node's epoch
 	for n, rev := range lastEntry {
 		require.GreaterOrEqual(t, epochs[n], rev, "capacity epoch of %+v", n)
@@ -347,6 +382,14 @@ func TestInspectDecodeEntryCorrupt(t *testing.T) {
 		}
 	}
 	value := func(k schema.EntryKind) string { return string(valid[k].Value) }
+	var compactTerminal string
+	for _, kv := range kvs {
+		if e, err := schema.DecodeEntry(ns, kv); err == nil && e.Kind == schema.EntryTerminal && kv.Value[0] == 0 {
+			compactTerminal = string(kv.Value)
+		}
+	}
+	require.NotEmpty(t, compactTerminal, "a compact creation terminal")
+	op := "x/1/" + strings.Repeat("0", 31) + "1"
 	cases := []struct{ name, key, value string }{
 		{"row not framed", "rows/actor/a", "not a row"},
 		{"row short frame", "rows/actor/a", "\x01\x7f{}"},
@@ -367,6 +410,17 @@ func TestInspectDecodeEntryCorrupt(t *testing.T) {
 		{"capacity aggregate generation", "capacity/m/r/1/agg/a/x", value(schema.EntryCapacity)},
 		{"capacity value", "capacity/m/r/1/row/actor/a", "[]"},
 		{"capacity state", "capacity/m/r/1/row/actor/a", `{"st":"gone","a":1}`},
+		{"placement owner", "capacity/m/r/1/o/%zz/1/actor/a", value(schema.EntryCapacity)},
+		{"placement generation", "capacity/m/r/1/o/o/x/actor/a", value(schema.EntryCapacity)},
+		{"placement parts", "capacity/m/r/1/o/o/1", value(schema.EntryCapacity)},
+		{"owner directory parts", "owner-nodes/o/1/m/r", ""},
+		{"owner directory lifecycle", "owner-nodes/o/1/m/r/x", ""},
+		{"owner directory generation", "owner-nodes/o/x/m/r/1", ""},
+		{"owner directory value", "owner-nodes/o/1/m/r/1", "x"},
+		{"compact terminal under no operation", "terminals/x/1/00", compactTerminal},
+		{"compact terminal under an uncanonical operation", "terminals/x/01/" + strings.Repeat("0", 31) + "1", compactTerminal},
+		{"compact terminal value", "terminals/" + op, "\x00\x02\xff"},
+		{"compact terminal unknown field", "terminals/" + op, compactTerminal + "\xf8\x01\x01"},
 		{"capacity epoch parts", "capacity-epochs/m/r", ""},
 		{"capacity epoch lifecycle", "capacity-epochs/m/r/x", ""},
 		{"capacity epoch value", "capacity-epochs/m/r/1", "x"},

@@ -111,8 +111,12 @@ func TestServerTxnLimitErrorIsTyped(t *testing.T) {
 	s := newStore(t, nil, etcdstore.Config{Clock: clock, MaxTxnOps: 1000})
 	h := harnessFor(s, clock)
 	fx := conformance.NewFixture(t, h)
-	parts := activeRows(fx, 40) // prepare fits (83 compares), commit does not (5·40 + 3 + 1 = 204 ops)
-	req := conformance.AggregateRequest("server-refuses", 1, conformance.TargetB, authority.CapacityVector{Actors: 40}, parts...)
+	// prepare fits (≈ 50 compares), commit does not: 3·45 + 5 = 140 ops with
+	// placement keys (storeversion.FewerKeys: each row, its placement key
+	// deleted and put; the record, the aggregate's capacity entry, two
+	// epochs and the target's owner directory key)
+	parts := activeRows(fx, 45)
+	req := conformance.AggregateRequest("server-refuses", 1, conformance.TargetB, authority.CapacityVector{Actors: 45}, parts...)
 	fence := fx.MustPrepare(req)
 	before := fx.State()
 	_, err := s.CommitAggregate(fx.Ctx(), fence)

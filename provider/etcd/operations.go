@@ -55,7 +55,9 @@ func writing[Req, Res any](s *Store, work func(context.Context, Req) (Res, error
 }
 
 // PruneCapacityEpochs deletes the capacity epochs of node lifecycles that
-// hold no capacity and returns how many (the work: pruneCapacityEpochs).
+// hold no capacity, and the owner directory keys (store version FewerKeys)
+// that name no placement key, and returns how many keys it deleted (the
+// work: pruneCapacityEpochs).
 func (s *Store) PruneCapacityEpochs(ctx context.Context) (n int, err error) {
 	ctx, op := s.obs.Start(ctx, observe.OpPruneEpochs)
 	if err = s.refuseWrite(); err == nil {

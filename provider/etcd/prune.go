@@ -37,11 +37,29 @@ import (
 // under capacity-epochs/ that names no node lifecycle is left alone and
 // reported (ErrCorrupt) once the rest is pruned. It is idempotent: after an
 // error (the count says what was deleted before it) run it again.
+//
+// It also deletes, the same way, every owner directory key
+// (storeversion.FewerKeys) whose placement range is empty: one is left
+// behind by each owner lease generation whose rows left a node lifecycle
+// other than through RemoveAllByOwner or RebindRows. The count includes
+// them.
 func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	prefix := schema.Prefix(s.keys.Namespace(), schema.EntryCapacityEpoch)
+	n, err := s.pruneEmpty(ctx, schema.EntryCapacityEpoch, s.epochNode)
+	if err != nil {
+		return n, err
+	}
+	dirs, err := s.pruneEmpty(ctx, schema.EntryOwnerNode, s.ownerNodeRange)
+	return n + dirs, err
+}
+
+// pruneEmpty deletes every key of kind whose range (rangeOf: the prefix of
+// the keys it stands for) is empty, each delete fenced on that in the same
+// Txn, and returns how many it deleted (see pruneCapacityEpochs).
+func (s *Store) pruneEmpty(ctx context.Context, kind schema.EntryKind, rangeOf func(key string) (string, error)) (int, error) {
+	prefix := schema.Prefix(s.keys.Namespace(), kind)
 	end := prefixEnd(prefix)
 	from := prefix
 	pageSize := max(1, s.maxOps-1)
@@ -58,7 +76,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 		var looks []clientv3.Op
 		var ranges []txnkit.RangeRead
 		for _, kv := range page.Kvs {
-			node, err := s.epochNode(string(kv.Key))
+			node, err := rangeOf(string(kv.Key))
 			if err != nil {
 				bad = cmp.Or(bad, err)
 				continue
@@ -80,7 +98,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 				}
 				bytes := 2*len(epoch) + 2*len(nodes[i]) + 3*txnkit.OpOverhead
 				if len(t.Then) > 0 && t.Bytes+bytes > s.maxBytes {
-					n, err := s.sendPrune(ctx, t)
+					n, err := s.sendPrune(ctx, t, kind)
 					if pruned += n; err != nil {
 						return pruned, err
 					}
@@ -90,7 +108,7 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 				t.Then = append(t.Then, clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{clientv3.OpDelete(epoch)}, nil))
 				t.Bytes += bytes
 			}
-			n, err := s.sendPrune(ctx, t)
+			n, err := s.sendPrune(ctx, t, kind)
 			if pruned += n; err != nil {
 				return pruned, err
 			}
@@ -102,14 +120,14 @@ func (s *Store) pruneCapacityEpochs(ctx context.Context) (int, error) {
 	}
 }
 
-// sendPrune sends t, a Txn of nested epoch deletes (nothing when it holds
-// none), and returns how many epochs it deleted: those whose node's range
-// was still empty.
-func (s *Store) sendPrune(ctx context.Context, t *txnkit.Txn) (int, error) {
+// sendPrune sends t, a Txn of nested deletes of keys of kind (nothing when
+// it holds none), and returns how many it deleted: those whose range was
+// still empty.
+func (s *Store) sendPrune(ctx context.Context, t *txnkit.Txn, kind schema.EntryKind) (int, error) {
 	if len(t.Then) == 0 {
 		return 0, nil
 	}
-	resp, err := s.sendWrite(ctx, t, "pruning capacity epochs")
+	resp, err := s.sendWrite(ctx, t, "pruning "+kind.String()+" keys")
 	if err != nil {
 		return 0, err
 	}
@@ -135,4 +153,17 @@ func (s *Store) epochNode(epoch string) (string, error) {
 		return "", corrupt(epoch, errors.New("not a capacity epoch key"))
 	}
 	return s.keys.CapacityNode(e.Node, e.Lifecycle), nil
+}
+
+// ownerNodeRange returns the placement range of the owner and node
+// lifecycle an owner directory key names, refusing a key that names none.
+func (s *Store) ownerNodeRange(key string) (string, error) {
+	e, err := schema.DecodeEntry(s.keys.Namespace(), &mvccpb.KeyValue{Key: []byte(key)})
+	if err != nil {
+		return "", err
+	}
+	if e.Kind != schema.EntryOwnerNode {
+		return "", corrupt(key, errors.New("not an owner directory key"))
+	}
+	return s.keys.PlacementOwnerPrefix(e.Node, e.Lifecycle, e.Owner), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/zlink-systems/authority/internal/observe"
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -42,6 +43,7 @@ type rebinder struct {
 	from  authority.OwnerToken
 	moved int64
 	left  []authority.Key // rows that changed under every attempt
+	nodes []nodeLifecycle // the node lifecycles from's directory named (read by readAll)
 }
 
 // rebindRows moves every row of from (an older lease generation of the same
@@ -74,7 +76,7 @@ func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) 
 	var readErr error
 	go func() {
 		defer close(chunks)
-		readErr = rb.read(rctx, s.keys.OwnerRowsPrefix(from), chunks)
+		readErr = rb.readAll(rctx, chunks)
 	}()
 	var err error
 	for chunk := range chunks {
@@ -90,6 +92,7 @@ func (l *OwnerLease) rebindRows(ctx context.Context, from authority.OwnerToken) 
 	if err != nil {
 		return rb.moved, err
 	}
+	rb.dropDirectory(ctx)
 	if len(rb.left) > 0 {
 		return rb.moved, authority.Wrap(authority.ErrUnavailable,
 			fmt.Sprintf("rebind left %d rows on the old lease generation after %d conflicting attempts each (first: %s); call RebindRows again", len(rb.left), maxAttempts, rb.left[0]),
@@ -135,12 +138,46 @@ func (rb *rebinder) movable(r *schema.Row) bool {
 	return r != nil && r.Owner == rb.from && r.Alloc.State == authority.AllocationActive
 }
 
-// read reads from's index (prefix: its prefix) a page at a time and the
-// rows it names, and sends the movable ones to chunks, a Txn's worth (by
-// --max-txn-ops) a chunk. It returns at the index's end or on an error.
+// readAll reads the rows of from: those placed before
+// storeversion.FewerKeys through its owner index, then those with placement
+// keys through the node lifecycles its directory names (placement.go).
+func (rb *rebinder) readAll(ctx context.Context, chunks chan<- []*rebindRow) error {
+	s := rb.s
+	if err := rb.read(ctx, s.keys.OwnerRowsPrefix(rb.from), chunks); err != nil {
+		return err
+	}
+	nodes, err := s.ownerNodes(ctx, rb.from)
+	if err != nil {
+		return err
+	}
+	rb.nodes = nodes
+	for _, at := range nodes {
+		if err := rb.read(ctx, s.keys.PlacementOwnerPrefix(at.node, at.lifecycle, rb.from), chunks); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropDirectory deletes the directory keys of from whose placement range
+// the rebind left empty (best effort: a range still holding rows, a
+// reserved row left to its creation for one, keeps its key; an error is
+// left to the next RemoveAllByOwner or PruneCapacityEpochs).
+func (rb *rebinder) dropDirectory(ctx context.Context) {
+	for _, at := range rb.nodes {
+		if _, err := rb.s.dropOwnerNode(ctx, rb.from, at); err != nil {
+			return
+		}
+	}
+}
+
+// read reads the rows one index of from names (prefix: its owner index or
+// its placement keys on one node lifecycle) a page at a time, and sends the
+// movable ones to chunks, a Txn's worth (by --max-txn-ops) a chunk. It
+// returns at the index's end or on an error.
 func (rb *rebinder) read(ctx context.Context, prefix string, chunks chan<- []*rebindRow) error {
 	s := rb.s
-	per := max(1, s.maxOps/3)
+	per := rb.rowsPerTxn()
 	var chunk []*rebindRow
 	emit := func(all bool) error {
 		for len(chunk) >= per || (all && len(chunk) > 0) {
@@ -215,12 +252,27 @@ func (rb *rebinder) move(ctx context.Context, pending []*rebindRow) error {
 	return nil
 }
 
+// rowsPerTxn is how many rows a Txn moves (a chunk of the reader's): 3
+// operations a row (the row, its owner index entry or placement key deleted
+// and put), and from storeversion.FewerKeys on the node's capacity epoch and
+// the new generation's directory key once. A row of the earlier layout
+// taking a placement key costs one more (its owner index entry deleted), so
+// while rows move to the new layout a chunk may take two Txns.
+func (rb *rebinder) rowsPerTxn() int {
+	if rb.s.atLeast(storeversion.FewerKeys) {
+		return max(1, (rb.s.maxOps-2)/3)
+	}
+	return max(1, rb.s.maxOps/3)
+}
+
 // build returns the Txn moving the first n rows of pending: as many as fit
 // the store's limits (at least one; a row too large alone fails the send's
 // limit check, naming the flag). Each row's ModRevision compare is its
 // owner fence: the row was read held by from (movable), so a row whose
 // owner is no longer from by the time the Txn applies fails the compare
-// and is never moved.
+// and is never moved. Where a row's capacity is held moves with its owner
+// (placement.go: its owner index entry, or its placement key, which a row
+// of the earlier layout takes from storeversion.FewerKeys on).
 func (rb *rebinder) build(pending []*rebindRow) (t *txnkit.Txn, n int) {
 	s, to := rb.s, rb.l.token
 	t = &txnkit.Txn{}
@@ -228,29 +280,24 @@ func (rb *rebinder) build(pending []*rebindRow) (t *txnkit.Txn, n int) {
 	for _, p := range pending {
 		r := p.row
 		rowKey := s.keys.Row(p.key)
-		next := r.Next(0)
-		next.Owner = to
+		one := &txnkit.Txn{}
+		next := s.moved(one, r, to, r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration)
 		next.Token = 0 // a new owner lease: resolved to this write's revision
-		value := s.rowValue(t, next)
-		oldIdx, newIdx := s.keys.OwnerRow(rb.from, p.key), s.keys.OwnerRow(to, p.key)
+		one.Cmp(modRevIs(rowKey, r.ModRev))
+		one.OrGet(rowKey)
+		s.lockFree(one, p.key)
 		live := s.keys.Liveness(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to)
-		cmps, els, bytes := 1, 1, 3*len(rowKey)+len(value)+len(oldIdx)+len(newIdx)+6*txnkit.OpOverhead
 		if !lives[live] {
-			cmps, els, bytes = cmps+1, els+1, bytes+2*(len(live)+txnkit.OpOverhead)
+			one.Cmp(s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to))
+			one.OrGet(live, clientv3.WithKeysOnly())
 		}
-		if n > 0 && (max(len(t.Cmps)+cmps, len(t.Then)+3, len(t.Els)+els) > s.maxOps || t.Bytes+bytes > s.maxBytes) {
+		one.Put(rowKey, s.rowValue(one, next))
+		s.replace(one, r, next)
+		if n > 0 && !(txnkit.Limits{MaxOps: s.maxOps, MaxBytes: s.maxBytes}).Fits(t, one) {
 			break
 		}
-		t.Cmp(modRevIs(rowKey, r.ModRev))
-		t.OrGet(rowKey)
-		if !lives[live] {
-			lives[live] = true
-			t.Cmp(s.liveCmp(r.Alloc.Descriptor, r.Alloc.DescriptorLifecycleGeneration, to))
-			t.OrGet(live, clientv3.WithKeysOnly())
-		}
-		t.Put(rowKey, value)
-		t.Del(oldIdx)
-		t.Put(newIdx, "")
+		lives[live] = true
+		t.MergeOnce(one)
 		n++
 	}
 	return t, n

@@ -13,13 +13,16 @@ import (
 )
 
 // opsPerRemovedRow is the most removing one row costs in a Txn: the row,
-// its capacity entry, its owner index entry and (once per node lifecycle)
-// its node's capacity epoch.
-const opsPerRemovedRow = 4
+// its capacity entry, its owner index entry, the reservation terminal of a
+// row that still answers a retry of its commit (retire.go) and (once per
+// node lifecycle) its node's capacity epoch.
+const opsPerRemovedRow = 5
 
-// removeAllByOwner deletes every row held by owner (through the owner
-// index) with its capacity, in Txns that fit --max-txn-ops, each row fenced
-// by its ModRevision. It returns how many rows it removed.
+// removeAllByOwner deletes every row held by owner with its capacity, in
+// Txns that fit --max-txn-ops, each row fenced by its ModRevision: the rows
+// placed before storeversion.FewerKeys through the owner index, then those
+// with placement keys through each node lifecycle the owner's directory
+// names (placement.go). It returns how many rows it removed.
 func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken) (int64, error) {
 	if err := authority.ValidateOwner(owner); err != nil {
 		return 0, err
@@ -27,9 +30,38 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	prefix := s.keys.OwnerRowsPrefix(owner)
-	batch := max(1, s.maxOps/opsPerRemovedRow)
-	var removed int64
+	rm := &ownerRemoval{s: s, owner: owner, batch: max(1, s.maxOps/opsPerRemovedRow)}
+	if err := rm.walk(ctx, ownerRows{prefix: s.keys.OwnerRowsPrefix(owner)}); err != nil {
+		return rm.removed, err
+	}
+	err := s.eachOwnerNode(ctx, owner, func(node authority.NodeDescriptor, lifecycle int64) error {
+		return rm.walk(ctx, ownerRows{prefix: s.keys.PlacementOwnerPrefix(node, lifecycle, owner), placed: true,
+			node: node, lifecycle: lifecycle})
+	})
+	return rm.removed, err
+}
+
+// ownerRows is one range that names an owner's rows: its owner index
+// (keys whose suffix is the row's key), or its placement keys on one node
+// lifecycle (placed: the keys are capacity entries).
+type ownerRows struct {
+	prefix    string
+	placed    bool
+	node      authority.NodeDescriptor
+	lifecycle int64
+}
+
+// ownerRemoval is one RemoveAllByOwner.
+type ownerRemoval struct {
+	s        *Store
+	owner    authority.OwnerToken
+	batch    int // rows a Txn
+	removed  int64
+	failures int
+}
+
+// walk removes the rows src names.
+func (rm *ownerRemoval) walk(ctx context.Context, src ownerRows) error {
 	// from moves past each removed page: etcd walks the tombstones of the
 	// deleted index entries in a range until compaction, so reading from
 	// the prefix every time would cost each read all the pages before it
@@ -38,24 +70,23 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	// readOwnerIndex streams each page: it costs its own entries. A pass
 	// that reaches the end reads once more from the prefix, for rows added
 	// behind it meanwhile (that read walks the pass's tombstones once).
+	prefix := src.prefix
 	from := prefix
-	failures := 0
 	for {
-		keys, more, err := s.readOwnerIndex(ctx, prefix, from)
+		keys, more, err := rm.s.readOwnerIndex(ctx, prefix, from)
 		if err != nil {
-			return removed, err
+			return err
 		}
 		if len(keys) == 0 {
 			if from == prefix {
-				return removed, nil
+				return nil
 			}
 			from = prefix
 			continue
 		}
-		n, done, err := s.removeIndexed(ctx, owner, keys, batch, &failures)
-		removed += n
+		done, err := rm.removeKeys(ctx, src, keys)
 		if err != nil {
-			return removed, err
+			return err
 		}
 		if from = prefix + string(keys[done-1]) + "\x00"; !more {
 			from = prefix
@@ -63,75 +94,89 @@ func (s *Store) removeAllByOwner(ctx context.Context, owner authority.OwnerToken
 	}
 }
 
-// removeIndexed removes owner's rows at keys (one page of its index, in
-// order) in Txns of batch rows, and returns how many rows it removed and
-// how many keys it got through. A Txn that failed because a row changed
-// between its read and the Txn is tried again, re-read, until failures
-// reaches maxAttempts over the whole removal.
-func (s *Store) removeIndexed(ctx context.Context, owner authority.OwnerToken, keys []authority.Key, batch int, failures *int) (removed int64, done int, err error) {
+// removeKeys removes the owner's rows at keys (one page of src, in order)
+// in Txns of batch rows, and returns how many keys it got through. A Txn
+// that failed because a row changed between its read and the Txn is tried
+// again, re-read, until failures reaches maxAttempts over the whole
+// removal.
+func (rm *ownerRemoval) removeKeys(ctx context.Context, src ownerRows, keys []authority.Key) (done int, err error) {
+	s := rm.s
 	for done < len(keys) {
-		part := keys[done:min(done+batch, len(keys))]
+		part := keys[done:min(done+rm.batch, len(keys))]
 		gets := make([]clientv3.Op, len(part))
 		for i, key := range part {
 			gets[i] = opGet(s.keys.Row(key))
 		}
 		got, err := s.readInParts(ctx, gets)
 		if err != nil {
-			return removed, done, err
+			return done, err
 		}
-		t, n, err := s.buildOwnerRemoval(owner, part, got)
+		t, retired, n, err := rm.build(src, part, got)
 		if err != nil {
-			return removed, done, err
+			return done, err
 		}
-		resp, err := s.sendWrite(ctx, t, "removing an owner's rows")
+		resp, err := s.sendRetiring(ctx, t, retired, "removing an owner's rows")
 		if errors.Is(err, rpctypes.ErrNoSpace) && len(t.Touches) > 0 {
+			// over the quota only deletes are taken: without the epoch
+			// touches and without the terminals of retired commits (a retry
+			// of such a commit is then stale rather than alreadyCommitted)
 			resp, err = s.sendWrite(ctx, deletesOnly(t), "removing an owner's rows")
 		}
 		if err != nil {
-			return removed, done, err
+			return done, err
 		}
 		if !resp.Succeeded { // a row changed between the read and the Txn: read again
-			if *failures++; *failures >= maxAttempts {
-				return removed, done, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
+			if rm.failures++; rm.failures >= maxAttempts {
+				return done, authority.Wrap(authority.ErrUnavailable, "removeAllByOwner gave up after repeated contention", errContention)
 			}
 			continue
 		}
-		removed += n
+		rm.removed += n
 		done += len(part)
 	}
-	return removed, done, nil
+	return done, nil
 }
 
-// buildOwnerRemoval builds the Txn that removes owner's rows at keys, as
-// read in got: each row, its capacity entry and its owner index entry,
-// fenced by the row's ModRevision (a stale index entry is dropped, fenced
-// the same way). n is how many rows it removes.
-func (s *Store) buildOwnerRemoval(owner authority.OwnerToken, keys []authority.Key, got txnkit.Reads) (t *txnkit.Txn, n int64, err error) {
+// build builds the Txn that removes the owner's rows at keys (named by
+// src), as read in got: each row and where its capacity is held
+// (placement.go), fenced by the row's ModRevision and its row lock's
+// absence, and the reservation
+// terminal of each row that still answers a retry of its commit (to put
+// with it: retired). An entry of src whose row the owner does not hold is
+// dropped, fenced the same way (it cannot happen through this store). n is
+// how many rows it removes.
+func (rm *ownerRemoval) build(src ownerRows, keys []authority.Key, got txnkit.Reads) (t *txnkit.Txn, retired []retiredCommit, n int64, err error) {
+	s := rm.s
 	t = &txnkit.Txn{}
 	for _, key := range keys {
 		r, err := s.rowIn(got, key)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		rowKey := s.keys.Row(key)
-		if r == nil || r.Owner != owner {
-			// a stale index entry (cannot happen through this store)
+		if r == nil || r.Owner != rm.owner {
+			// a stale entry
 			var rev int64
 			if r != nil {
 				rev = r.ModRev
 			}
 			t.Cmp(modRevIs(rowKey, rev))
-			t.Del(s.keys.OwnerRow(owner, key))
+			t.Del(src.prefix + string(key))
+			if src.placed {
+				t.Touch(s.keys.CapacityEpoch(src.node, src.lifecycle))
+			}
 			continue
 		}
 		t.Cmp(modRevIs(rowKey, r.ModRev))
+		s.lockFree(t, key)
 		t.Del(rowKey)
-		t.Del(s.keys.CapacityRow(r.Alloc, key))
-		s.touchCapacity(t, r.Alloc)
-		t.Del(s.keys.OwnerRow(owner, key))
+		s.unplace(t, r)
+		if c, ok := s.retireCommit(r); ok {
+			retired = append(retired, c)
+		}
 		n++
 	}
-	return t, n, nil
+	return t, retired, n, nil
 }
 
 // readInParts reads the single-key gets and returns what they read, by key:

@@ -14,6 +14,7 @@ import (
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/preflight"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/etcd/storeversion"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -45,20 +46,37 @@ func (r *getRecorder) GetStream(ctx context.Context, key string, opts ...clientv
 // of deleted keys until compaction), so reading one batch at a time, or
 // from the owner's prefix every time, made removing an owner quadratic in
 // its rows (TestScale: 100k rows at 712 rows/s). Only the first read and
-// the final check for rows added behind the cursor start at the prefix.
+// the final check for rows added behind the cursor start at the prefix. So
+// it is in either layout: the owner index before storeversion.FewerKeys,
+// the owner's placement keys on its node lifecycle from it on.
 func TestRemoveAllByOwnerReadsPastRemovedBatches(t *testing.T) {
+	layouts := map[string]struct {
+		version storeversion.Version
+		index   func(ns string) string
+	}{
+		"owner index": {storeversion.FewerKeys - 1, func(ns string) string { return schema.Prefix(ns, schema.EntryOwnerIndex) }},
+		"placement keys": {storeversion.FewerKeys, func(ns string) string {
+			return schema.NewLayout(ns).PlacementOwnerPrefix(conformance.NodeA, conformance.NodeLifecycle, conformance.TargetA.Owner)
+		}},
+	}
+	for name, layout := range layouts {
+		t.Run(name, func(t *testing.T) { removeReadsPastRemovedBatches(t, layout.version, layout.index) })
+	}
+}
+
+func removeReadsPastRemovedBatches(t *testing.T, version storeversion.Version, indexPrefix func(ns string) string) {
 	c := server.ClientWith(t, func(*clientv3.Config) {})
 	rec := &getRecorder{KV: c.KV}
 	c.KV = rec
 	clock := authority.NewManualClock(testEpoch)
-	s := newStore(t, c, etcdstore.Config{Clock: clock, MaxTxnOps: 8}) // 2 rows a batch
-	etcdstore.SetOwnerIndexPage(t, 5)                                 // 3 batches a page, the last one short
+	s := newStore(t, c, etcdstore.Config{Clock: clock, MaxTxnOps: 10, Namespace: namespaceAt(t, version)}) // 2 rows a batch
+	etcdstore.SetOwnerIndexPage(t, 5)                                                                      // 3 batches a page, the last one short
 	fx := conformance.NewFixture(t, harnessFor(s, clock))
 	const rows = 12
 	for i := range rows {
 		fx.Active(authority.ObjectUserSpot, fmt.Sprintf("rm-%02d", i), conformance.TargetA)
 	}
-	prefix := schema.Prefix(s.Namespace(), schema.EntryOwnerIndex)
+	prefix := indexPrefix(s.Namespace())
 	rec.mu.Lock()
 	rec.starts = nil
 	rec.mu.Unlock()
@@ -129,9 +147,10 @@ func TestRemoveAllByOwnerStreamsItsIndex(t *testing.T) {
 	removed, err := s.RemoveAllByOwner(context.Background(), conformance.TargetA.Owner)
 	require.NoError(t, err)
 	require.EqualValues(t, rows, removed)
-	end := clientv3.GetPrefixRangeEnd(schema.OwnerIndexPrefix(s.Namespace(), conformance.TargetA.Owner))
 	spy.mu.Lock()
 	defer spy.mu.Unlock()
-	require.NotContains(t, *spy.ends, end, "a counted read of the index to its end")
+	for _, prefix := range ownerIndexPrefixes(s, conformance.TargetA.Owner) {
+		require.NotContains(t, *spy.ends, clientv3.GetPrefixRangeEnd(prefix), "a counted read of the index to its end")
+	}
 	require.GreaterOrEqual(t, spy.streams.Load(), int64(4), "3 pages and the final read, streamed")
 }

@@ -27,17 +27,17 @@ func (r *reservation) liveKey(s *Store) string {
 }
 
 // addReserve appends one reservation's conditions and writes to t: the row
-// is absent, the target owner is live; the row, its reserved capacity entry
-// and its owner index entry are written. Several reservations (of distinct
-// keys) can share one Txn.
+// is absent, the target owner is live; the row and where its reserved
+// capacity is held (its capacity and owner index entries, or from
+// storeversion.FewerKeys on its placement key: placement.go) are written.
+// Several reservations (of distinct keys) can share one Txn.
 func (s *Store) addReserve(t *txnkit.Txn, r *reservation) {
 	rowKey := s.keys.Row(r.key)
 	t.Cmp(modRevIs(rowKey, 0))
 	t.Cmp(s.liveCmp(r.target.Descriptor(), r.target.NodeLifecycleGeneration, r.target.Owner))
+	r.row.PlacementKey = s.placeNew(t, nil)
 	t.Put(rowKey, s.rowValue(t, r.row))
-	t.Put(s.keys.CapacityRow(r.row.Alloc, r.key), s.capacityValue(t, r.row.Alloc.State, r.row.Alloc.Capacity))
-	s.touchCapacity(t, r.row.Alloc)
-	t.Put(s.keys.OwnerRow(r.target.Owner, r.key), "")
+	s.place(t, r.row)
 }
 
 // reserve creates a reserved row on a live target with placement capacity.
@@ -72,9 +72,10 @@ func (s *Store) reserve(ctx context.Context, req authority.ReserveRequest) (auth
 		},
 		Payload: bytes.Clone(req.CreatingPayload),
 	}}
-	if s.capacityPolicy() != nil {
-		// concurrent reservations on one node share its capacity fence:
-		// group-commit them (reservegroup.go).
+	if s.capacityPolicy() != nil || s.escrow != nil {
+		// concurrent reservations on one node share its capacity fence
+		// (and in escrow mode its budget slice): group-commit them
+		// (reservegroup.go).
 		return s.reserveGrouped(ctx, req, res)
 	}
 	// no capacity policy: nothing shared with other reservations, one Txn.

@@ -232,6 +232,7 @@ const (
 	decideExhausted                     // final once the round's Txn committed
 	decideAdmitted                      // in the round's Txn
 	decideDeferred                      // to the next round
+	decideShort                         // escrow mode: short of the budget slice (escrow.go)
 )
 
 // runBatch reserves the batch's requests (all on one node lifecycle) and
@@ -264,12 +265,19 @@ func (s *Store) runBatch(batch []*reserveWaiter) []batchOutcome {
 			g.fullRange, g.snap = g.rereads > 1, nil
 			continue
 		}
-		r := g.decide(u)
+		sl, err := s.sliceAt(g.snap, g.reads.usage)
+		if err != nil {
+			g.fail(g.pending, err)
+			return g.outs
+		}
+		r := g.decide(u, sl)
 		if len(r.admitted) == 0 {
-			g.settleUnwritten(r)
+			if !g.growShort(r) {
+				g.settleUnwritten(r)
+			}
 			continue
 		}
-		if !g.send(r, epoch) {
+		if !g.send(r, epoch, sl) {
 			return g.outs
 		}
 	}
@@ -290,6 +298,7 @@ type groupRun struct {
 	reads         snapshotReads
 	conflicts     int
 	rereads       int
+	grows         int  // escrow mode: budget grows asked for (escrow.go)
 	fullRange     bool // read the node's capacity range, watched or not
 	stopped       bool
 	// solo is a request that fits a Txn alone but not with the reads of the
@@ -376,9 +385,9 @@ func (g *groupRun) readSnapshot() bool {
 	return true
 }
 
-// decide decides every pending request on the snapshot and usage u, and
-// builds the Txn of the admitted ones.
-func (g *groupRun) decide(u nodeUsage) groupRound {
+// decide decides every pending request on the snapshot, usage u and (in
+// escrow mode) budget slice sl, and builds the Txn of the admitted ones.
+func (g *groupRun) decide(u nodeUsage, sl sliceFence) groupRound {
 	s, policy := g.s, g.s.capacityPolicy()
 	r := groupRound{t: &txnkit.Txn{}, decisions: make([]decision, len(g.batch)), delta: map[authority.CapacityCounter]int64{}}
 	admittedKeys := map[authority.Key]bool{}
@@ -395,6 +404,8 @@ func (g *groupRun) decide(u nodeUsage) groupRound {
 			g.outs[i].out, r.decisions[i] = s.reserveRefused(w.req, cur), decideRefused
 		case !fits(policy, w.res.row.Alloc, u):
 			r.decisions[i] = decideExhausted
+		case !sl.holds(w.res.row.Alloc, u):
+			r.decisions[i] = decideShort // decided again once the slice grew
 		default:
 			r.decisions[i] = g.admit(i, &r, admittedKeys)
 			if r.decisions[i] == decideAdmitted {
@@ -434,7 +445,7 @@ func (g *groupRun) admit(i int, r *groupRound, admittedKeys map[authority.Key]bo
 		}
 		return decideDeferred
 	}
-	r.t.Merge(one)
+	r.t.MergeOnce(one) // one copy of the active-version fence every reservation carries
 	admittedKeys[w.res.key] = true
 	r.admitted = append(r.admitted, i)
 	return decideAdmitted
@@ -448,19 +459,20 @@ func (g *groupRun) settleUnwritten(r groupRound) {
 		switch r.decisions[i] {
 		case decideExhausted:
 			g.outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
-		case decideDeferred:
+		case decideDeferred, decideShort:
 			next = append(next, i)
 		}
 	}
 	g.pending, g.snap = next, nil
 }
 
-// send sends the round's Txn, fenced on the node's capacity epoch, with the
-// waiting requests' reads in its Else, and settles the round; false when the
-// batch stopped.
-func (g *groupRun) send(r groupRound, epoch int64) bool {
+// send sends the round's Txn, fenced on the node's capacity epoch (and its
+// budget slice sl), with the waiting requests' reads in its Else, and
+// settles the round; false when the batch stopped.
+func (g *groupRun) send(r groupRound, epoch int64, sl sliceFence) bool {
 	s, t := g.s, r.t
 	s.fenceCapacity(t, g.node, g.lifecycle, epoch)
+	sl.fence(t)
 	var waiting []int // pending requests whose outcome this Txn decides
 	for _, i := range g.pending {
 		if r.decisions[i] != decideRefused {
@@ -527,7 +539,7 @@ func (g *groupRun) committed(r groupRound, waiting []int, epoch, rev int64) {
 			}
 		case decideExhausted:
 			g.outs[i].out = authority.ReserveResult{Kind: authority.KindPlacementCapacityExhausted}
-		case decideDeferred:
+		case decideDeferred, decideShort:
 			next = append(next, i)
 		}
 	}
@@ -562,7 +574,7 @@ var errBatchStopped = errors.New("reservation batch stopped before this request 
 // fitsWith reports whether t plus one, the capacity fence and the Else reads
 // (at most those of l) stay within the Txn limits.
 func (s *Store) fitsWith(t, one *txnkit.Txn, l snapshotReads) bool {
-	cmps := len(t.Cmps) + len(one.Cmps) + 1
+	cmps := len(t.Cmps) + len(one.Cmps) + s.fenceCmps()
 	then := len(t.Then) + len(one.Then) + len(t.Touches)
 	for _, k := range one.Touches {
 		if !slices.Contains(t.Touches, k) {

@@ -88,8 +88,13 @@ func TestRoundTrips(t *testing.T) {
 		op()
 		require.Equal(t, want, rpcs.Load()-before, "round trips of %s", what)
 	}
-	// warm up: the reservation terminals' lease bucket is granted once
+	// warm up: the reservation terminals' lease bucket is granted once (an
+	// abort writes a terminal; a commit, from storeversion.FewerKeys on,
+	// none)
 	fx.MustCommit(fx.Reserve(authority.ObjectUserSpot, "warm", conformance.TargetA), []byte("ready"))
+	warm, err := s.Abort(ctx, fx.Reserve(authority.ObjectUserSpot, "warm-abort", conformance.TargetA).AbortRequest())
+	require.NoError(t, err)
+	require.Equal(t, authority.KindAborted, warm.Kind)
 
 	var r conformance.Reservation
 	count("reserve", 1, func() { r = fx.Reserve(authority.ObjectUserSpot, "spot", conformance.TargetA) })
@@ -131,11 +136,12 @@ func TestRoundTrips(t *testing.T) {
 	})
 }
 
-// TestConcurrentCommitsShareOneLeaseGrant: commits that all need the
+// TestConcurrentAbortsShareOneLeaseGrant: aborts that all need the
 // reservation terminals' lease bucket of a fresh store wait for one Grant
 // instead of each granting its own (the extras would sit unused until they
-// expired).
-func TestConcurrentCommitsShareOneLeaseGrant(t *testing.T) {
+// expired). (Commits wrote such terminals too before
+// storeversion.FewerKeys.)
+func TestConcurrentAbortsShareOneLeaseGrant(t *testing.T) {
 	var grants atomic.Int64
 	c := server.Client(t)
 	c.Lease = countingLease{c.Lease, &grants}
@@ -154,9 +160,9 @@ func TestConcurrentCommitsShareOneLeaseGrant(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := s.Commit(context.Background(), rs[i].CommitRequest([]byte("ready")))
-			if err == nil && res.Kind != authority.KindCommitted {
-				err = fmt.Errorf("commit %d: %s", i, res.Kind)
+			res, err := s.Abort(context.Background(), rs[i].AbortRequest())
+			if err == nil && res.Kind != authority.KindAborted {
+				err = fmt.Errorf("abort %d: %s", i, res.Kind)
 			}
 			errs[i] = err
 		}()

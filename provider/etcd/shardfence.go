@@ -32,13 +32,29 @@ var ErrShardMapChanged = errors.New("etcd: the shard map changed")
 
 type shardMapRevKey struct{}
 
+// shardMapRev is the map fence a context carries: rev, for the store st
+// (nil: any store).
+type shardMapRev struct {
+	st  *Store
+	rev int64
+}
+
 // WithShardMapRevision returns ctx carrying rev, the ModRevision of the
 // namespace's shard-map key (0: absent) an operation was routed with. On a
 // store with Config.ShardMapFence every write Txn and row read made on ctx
 // holds only while the key is still at rev. A context without it is not
-// fenced (a caller writing outside any map: tests, tools).
+// fenced (a caller writing outside any map: tests, tools). Every store the
+// context reaches checks it; Store.WithShardMapRevision binds it to one.
 func WithShardMapRevision(ctx context.Context, rev int64) context.Context {
-	return context.WithValue(ctx, shardMapRevKey{}, rev)
+	return context.WithValue(ctx, shardMapRevKey{}, shardMapRev{rev: rev})
+}
+
+// WithShardMapRevision returns ctx carrying rev as s's map fence only: an
+// operation of s that calls into another shard's store (the capacity
+// escrow's ledger in a node's home shard) does not hand that store a
+// revision of s's map key, which it would compare with its own.
+func (s *Store) WithShardMapRevision(ctx context.Context, rev int64) context.Context {
+	return context.WithValue(ctx, shardMapRevKey{}, shardMapRev{st: s, rev: rev})
 }
 
 // unfenced returns ctx without a shard map revision (the steps of a
@@ -47,14 +63,17 @@ func unfenced(ctx context.Context) context.Context {
 	return context.WithValue(ctx, shardMapRevKey{}, nil)
 }
 
-// mapFence returns the shard map revision ctx carries, when the store is
-// fenced on the map.
+// mapFence returns the shard map revision ctx carries for s, when the
+// store is fenced on the map.
 func (s *Store) mapFence(ctx context.Context) (int64, bool) {
 	if !s.shardFence {
 		return 0, false
 	}
-	rev, ok := ctx.Value(shardMapRevKey{}).(int64)
-	return rev, ok
+	f, ok := ctx.Value(shardMapRevKey{}).(shardMapRev)
+	if !ok || f.st != nil && f.st != s {
+		return 0, false
+	}
+	return f.rev, true
 }
 
 // mapCmp is the compare of the shard map fence at rev.

@@ -68,6 +68,12 @@ type Config struct {
 	CapacityPolicy authority.CapacityPolicy
 	// IdentityClaims reports keys claimed elsewhere (nil: none).
 	IdentityClaims authority.IdentityClaims
+	// CapacityEscrow turns escrow mode on (nil, the default: off): the
+	// namespace is one shard of several (package provider/sharded), each
+	// reservation and aggregate prepare must also fit this shard's budget
+	// slice of its node lifecycle, and a short slice asks CapacityEscrow to
+	// grow it (escrow.go). Only a store in escrow mode writes budget keys.
+	CapacityEscrow CapacityEscrow
 
 	// MaxTxnOps is the server's --max-txn-ops (default 128); larger Txns are
 	// refused before sending.
@@ -146,6 +152,7 @@ type Store struct {
 	clock      authority.Clock
 	claims     authority.IdentityClaims
 	policy     atomic.Pointer[policyBox]
+	escrow     CapacityEscrow // escrow mode (nil: off)
 	maxOps     int
 	maxBytes   int
 	retention  time.Duration
@@ -224,7 +231,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, authority.Invalid("etcd reservation retention must not exceed 365 days.")
 	}
 	s := &Store{
-		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: authority.NewMonotonicClock(cfg.Clock), claims: cfg.IdentityClaims,
+		client: cfg.Client, keys: schema.NewLayout(cfg.Namespace), clock: authority.NewMonotonicClock(cfg.Clock), claims: cfg.IdentityClaims, escrow: cfg.CapacityEscrow,
 		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes, retention: cfg.ReservationRetention,
 		obs:     observe.New(observe.Config{Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger}),
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: txnkit.NewBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},

@@ -28,8 +28,16 @@ func (s *Store) writeFormat(t *txnkit.Txn) storeversion.Version {
 }
 
 // rowValue is r's stored value in the namespace's write format (writeFormat
-// fences t when that format needs it).
-func (s *Store) rowValue(t *txnkit.Txn, r *schema.Row) string { return r.EncodeAt(s.writeFormat(t)) }
+// fences t when that format needs it). r is a row being written (never one
+// the cache handed out): a committed reservation whose answer has ended
+// (storeversion.FewerKeys) is dropped from it first, as a reservation
+// terminal's lease would drop the terminal.
+func (s *Store) rowValue(t *txnkit.Txn, r *schema.Row) string {
+	if r.Committed != nil && !r.Committed.Until.After(s.clock.Now()) {
+		r.Committed = nil
+	}
+	return r.EncodeAt(s.writeFormat(t))
+}
 
 // capacityValue is the stored value of a capacity entry holding c in state,
 // in the namespace's write format.

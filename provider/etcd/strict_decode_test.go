@@ -82,7 +82,7 @@ func TestCorruptCapacityEntryRefusesAdmission(t *testing.T) {
 			require.NoError(t, err)
 			var entry string
 			for _, kv := range resp.Kvs {
-				if strings.Contains(string(kv.Key), "/row/") {
+				if !strings.Contains(string(kv.Key), "/agg/") { // the row's capacity entry or placement key
 					entry = string(kv.Key)
 				}
 			}

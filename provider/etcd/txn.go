@@ -32,18 +32,15 @@ func (s *Store) newBatcher(slots int) *txnkit.Batcher {
 }
 
 // sendWrite sends t after checking it fits, alone or batched with concurrent
-// writes (txnkit.Batcher). The caller checks Succeeded.
+// writes (txnkit.Batcher). The caller checks Succeeded. A failed Txn that
+// found a row lock (lockFree) is a RowLockedError.
 func (s *Store) sendWrite(ctx context.Context, t *txnkit.Txn, what string) (*clientv3.TxnResponse, error) {
-	t, mapRevs := s.fenceWrite(ctx, t)
-	if err := s.check(t, what); err != nil {
-		return nil, err
-	}
-	resp, err := s.batch.Commit(ctx, t)
+	resp, err := s.sendRaw(ctx, t, what)
 	if err == nil && !resp.Succeeded {
-		s.explainFailure(ctx, t, resp)
-		if err := s.mapChanged(resp, mapRevs); err != nil {
+		if err := s.locksIn(resp); err != nil {
 			return nil, err
 		}
+		s.explainFailure(ctx, t, resp)
 	}
 	return resp, err
 }

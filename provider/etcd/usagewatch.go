@@ -96,6 +96,7 @@ type usageRead struct {
 	epochKey  string
 	ranged    bool
 	capacity  txnkit.RangeRead
+	sliceKey  string // escrow mode: the node's budget slice ("" otherwise; escrow.go)
 }
 
 // addUsageReads appends to ops what a decision on node's usage needs to read:
@@ -108,7 +109,7 @@ func (s *Store) addUsageReads(ops []clientv3.Op, node authority.NodeDescriptor, 
 		ur.ranged = true
 		ops, ur.capacity = txnkit.AddRead(ops, s.capacityRangeOp(node, lifecycle))
 	}
-	return ops, ur
+	return s.addSliceRead(ops, &ur), ur
 }
 
 // epochOf returns the capacity epoch read at ur in resp: the revision of the

@@ -177,7 +177,7 @@ func TestBatchMergesQueuedWrites(t *testing.T) {
 	outs := b.queue(t, ctxs, keys, vs)()
 	require.Equal(t, before+2, b.g.txns.Load(), "the held Txn, then one Txn for the 7 queued writes")
 	require.Equal(t, 7, b.g.lastOps)
-	require.Equal(t, 7+1+1, b.g.lastCmps, "each row's version, and once the owner's liveness and the active version (the compact format's fence) they all compare")
+	require.Equal(t, 7+7+1+1, b.g.lastCmps, "each row's version and row lock, and once the owner's liveness and the active version (the compact format's fence) they all compare")
 	versions := map[authority.StoreVersion]int{}
 	for i, o := range outs {
 		require.NoError(t, o.err)
@@ -331,17 +331,22 @@ func TestBatchCloseFailsQueuedWrites(t *testing.T) {
 }
 
 // TestBatchLostLeaseRetriedAlone: the shared lease of the reservation
-// terminals is gone (revoked behind the store's back) while commits queue;
-// the merged Txn is refused as a whole, each commit is sent alone, finds its
-// lease gone, takes a new one and commits.
+// terminals is gone (revoked behind the store's back) while aborts queue;
+// the merged Txn is refused as a whole, each abort is sent alone, finds its
+// lease gone, takes a new one and aborts.
 func TestBatchLostLeaseRetriedAlone(t *testing.T) {
-	b := newBatchFixture(t, 1) // row 0 holds the slot; its commit granted the bucket's lease
+	b := newBatchFixture(t, 1) // row 0 holds the slot
 	ctx := context.Background()
 	rs := make([]conformance.Reservation, 4)
 	for i := range rs {
 		rs[i] = b.fx.Reserve(authority.ObjectUserSpot, fmt.Sprintf("lease-%d", i), conformance.TargetA)
 	}
-	// the lease the warm-up commit's reservation terminal sits on
+	// an abort writes a reservation terminal on the bucket's lease (a
+	// commit, from storeversion.FewerKeys on, none): the lease the warm-up
+	// abort's terminal sits on
+	warm, err := b.s.Abort(ctx, b.fx.Reserve(authority.ObjectUserSpot, "warm", conformance.TargetA).AbortRequest())
+	require.NoError(t, err)
+	require.Equal(t, authority.KindAborted, warm.Kind)
 	terms, err := shared.Get(ctx, b.s.Namespace()+"reservations/", clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.NotEmpty(t, terms.Kvs)
@@ -362,9 +367,9 @@ func TestBatchLostLeaseRetriedAlone(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := b.s.Commit(ctx, rs[i].CommitRequest([]byte("ready")))
-			if err == nil && res.Kind != authority.KindCommitted {
-				err = fmt.Errorf("commit %d: %s", i, res.Kind)
+			res, err := b.s.Abort(ctx, rs[i].AbortRequest())
+			if err == nil && res.Kind != authority.KindAborted {
+				err = fmt.Errorf("abort %d: %s", i, res.Kind)
 			}
 			outs[i] = err
 		}()
@@ -375,9 +380,11 @@ func TestBatchLostLeaseRetriedAlone(t *testing.T) {
 	release()
 	wg.Wait()
 	require.NoError(t, errors.Join(outs...))
-	require.Equal(t, int64(1), b.s.WriteStats().Fallbacks, "the merged commits were refused once")
+	require.Equal(t, int64(1), b.s.WriteStats().Fallbacks, "the merged aborts were refused once")
 	for i := range rs {
-		row := b.fx.MustRow(rs[i].Key)
-		require.Equal(t, authority.AllocationActive, row.Allocation.State)
+		b.fx.RequireMissing(rs[i].Key)
+		res, err := b.s.Abort(ctx, rs[i].AbortRequest())
+		require.NoError(t, err)
+		require.Equal(t, authority.KindAlreadyAborted, res.Kind, "abort %d's terminal was written", i)
 	}
 }

@@ -15,16 +15,21 @@ import (
 // Aggregates. An aggregate whose participants all live in one shard is that
 // shard's etcd store's aggregate: its record, the target's capacity and
 // every participant in one cluster, prepared and committed each in one Txn,
-// as on one cluster. One whose participants live in several shards goes to
-// Config.CrossShard, or is refused (ErrCrossShardAggregate) without it.
+// as on one cluster. One whose participants live in several shards is the
+// two-phase protocol's (package twophase; Config.RefuseCrossShardAggregates
+// refuses it instead, ErrCrossShardAggregate): its record lives in the
+// aggregate ID's coordinator shard (CoordinatorOf), its participant rows are
+// locked while its commit decides, and any store instance finishes it.
 //
-// A fence names no shard, so CommitAggregate and AbortAggregate find the
-// record: the shard this store prepared it in (remembered), else every
-// shard's record key read in parallel, else the cross-shard protocol, else
-// the aggregate ID's home shard answers (a fence no shard knows).
+// A fence names no participant, so CommitAggregate and AbortAggregate find
+// the record: the shard this store prepared it in (remembered), else every
+// shard's record key read in parallel; the coordinator shard (through the
+// protocol, which also finishes an aggregate of one shard there) when no
+// other shard holds it.
 
 // PrepareAggregate checks the participants and reserves the target's
-// capacity in the participants' shard.
+// capacity: in the participants' shard when they share one, else with the
+// two-phase protocol.
 func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
 	if err := authority.ValidateAggregatePrepare(req); err != nil {
 		return authority.PrepareAggregateResult{}, err
@@ -42,47 +47,61 @@ func (s *Store) PrepareAggregate(ctx context.Context, req authority.AggregatePre
 
 // prepareAt prepares req under the map t.
 func (s *Store) prepareAt(ctx context.Context, t *topology, req authority.AggregatePrepareRequest) (authority.PrepareAggregateResult, error) {
+	if len(t.shards) == 1 {
+		res, err := t.shards[0].store.PrepareAggregate(t.at(ctx, 0), req)
+		return res, inShard(0, err)
+	}
 	byShard := map[int][]authority.Key{}
 	for _, p := range req.Participants {
 		i := t.shardOf(p.AuthorityKey)
 		byShard[i] = append(byShard[i], p.AuthorityKey)
-	}
-	if len(byShard) > 1 {
-		if s.cfg.CrossShard != nil {
-			return s.cfg.CrossShard.Prepare(ctx, req, sortedShards(byShard))
+		if err := t.refuse(p.AuthorityKey, i); err != nil {
+			return authority.PrepareAggregateResult{}, err
 		}
+	}
+	raw := t.num.aggregateRequest(req, t.shardOf)
+	// the record's shard: the coordinator shard of an aggregate across
+	// shards, the participants' shard of one of a shard
+	record := coordinatorOf(req.AggregateID, len(t.shards))
+	if len(byShard) == 1 {
+		for i := range byShard {
+			record = i
+		}
+	} else if s.cfg.RefuseCrossShardAggregates {
 		return authority.PrepareAggregateResult{}, crossShard(req.AggregateID, byShard)
 	}
-	var home int
-	for i := range byShard {
-		home = i
+	// one fence, one record: a fence recorded in another shard is another
+	// request's
+	elsewhere, err := s.recordedIn(ctx, t, req.Fence(), record)
+	if err != nil {
+		return authority.PrepareAggregateResult{}, err
 	}
-	for _, p := range req.Participants {
-		if err := t.refuse(p.AuthorityKey, home); err != nil {
-			return authority.PrepareAggregateResult{}, err
-		}
+	if len(elsewhere) > 0 {
+		return authority.PrepareAggregateResult{Kind: authority.KindConflict}, nil
 	}
-	if len(t.shards) > 1 {
-		// one fence, one record: a fence prepared in another shard is
-		// another request's
-		elsewhere, err := s.recordedIn(ctx, t, req.Fence(), home)
-		if err != nil {
-			return authority.PrepareAggregateResult{}, err
-		}
-		if len(elsewhere) > 0 {
-			return authority.PrepareAggregateResult{Kind: authority.KindConflict}, nil
-		}
+	var res authority.PrepareAggregateResult
+	if len(byShard) > 1 {
+		res, err = t.coord.PrepareAggregate(ctx, raw)
+	} else {
+		res, err = t.shards[record].store.PrepareAggregate(t.at(ctx, record), raw)
+		err = inShard(record, err)
 	}
-	res, err := t.shards[home].store.PrepareAggregate(t.at(ctx, home), req)
 	if err == nil && (res.Kind == authority.KindPrepared || res.Kind == authority.KindAlreadyPrepared) {
-		s.aggs.put(req.Fence(), shardID(t.shards[home]))
+		s.aggs.put(req.Fence(), shardID(t.shards[record]))
 	}
-	return res, inShard(home, err)
+	return res, err
 }
 
-// CommitAggregate applies every participant or none, in the shard that
-// holds the aggregate's record. While that shard is frozen by a
-// resharding's switch it waits for it (ErrMoving).
+// CoordinatorOf returns the coordinator shard of the aggregate aggregateID
+// under the map in force: the shard holding the record of its aggregates
+// across shards (a hash of the ID).
+func (s *Store) CoordinatorOf(aggregateID string) int {
+	return coordinatorOf(aggregateID, len(s.topo.Load().shards))
+}
+
+// CommitAggregate applies every participant or none: in the shard that
+// holds the aggregate's record, or with the two-phase protocol. While that
+// shard is frozen by a resharding's switch it waits for it (ErrMoving).
 func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.CommitAggregateResult{}, err
@@ -92,24 +111,32 @@ func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (aut
 	}
 	var res authority.CommitAggregateResult
 	err := s.rerouted(ctx, func(t *topology) error {
-		i, cross, err := s.locate(ctx, t, fence)
+		i, err := s.locate(ctx, t, fence)
 		switch {
 		case err != nil:
 			return err
-		case cross:
-			res, err = s.cfg.CrossShard.Commit(ctx, fence)
-			return err
 		case t.switching(i):
 			return t.refuseFrozen("An aggregate's commit")
+		case t.viaProtocol(fence, i):
+			res, err = t.coord.CommitAggregate(ctx, fence)
+		default:
+			// its rows may be locked by an aggregate across shards
+			err = inShard(i, t.retry(t.at(ctx, i), func(ctx context.Context) (err error) {
+				res, err = t.shards[i].store.CommitAggregate(ctx, fence)
+				return err
+			}))
 		}
-		res, err = t.shards[i].store.CommitAggregate(t.at(ctx, i), fence)
-		return inShard(i, err)
+		if err == nil {
+			res.OwnershipTokens, err = t.num.tokens(res.OwnershipTokens, t.shardOf)
+		}
+		return err
 	})
 	return res, err
 }
 
-// AbortAggregate releases a prepared aggregate's capacity, in the shard that
-// holds its record (waiting for a resharding's switch, as CommitAggregate).
+// AbortAggregate releases a prepared aggregate's capacity: in the shard
+// that holds its record, or with the two-phase protocol (waiting for a
+// resharding's switch, as CommitAggregate).
 func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
 	if err := authority.ValidateFence(fence); err != nil {
 		return authority.AbortAggregateResult{}, err
@@ -119,15 +146,15 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	}
 	var res authority.AbortAggregateResult
 	err := s.rerouted(ctx, func(t *topology) error {
-		i, cross, err := s.locate(ctx, t, fence)
+		i, err := s.locate(ctx, t, fence)
 		switch {
 		case err != nil:
 			return err
-		case cross:
-			res, err = s.cfg.CrossShard.Abort(ctx, fence)
-			return err
 		case t.switching(i):
 			return t.refuseFrozen("An aggregate's abort")
+		case t.viaProtocol(fence, i):
+			res, err = t.coord.AbortAggregate(ctx, fence)
+			return err
 		}
 		res, err = t.shards[i].store.AbortAggregate(t.at(ctx, i), fence)
 		return inShard(i, err)
@@ -135,37 +162,38 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 	return res, err
 }
 
-// locate returns the shard of t holding fence's record (cross: the
-// cross-shard protocol owns it). A fence recorded in two shards (two
-// prepares of one fence with different participants racing on different
-// shards) is ErrCorrupt naming them: neither can be chosen.
-func (s *Store) locate(ctx context.Context, t *topology, fence authority.Fence) (at int, cross bool, err error) {
+// viaProtocol reports whether the record of fence, in shard i, is the
+// two-phase protocol's to finish: its coordinator shard's (where an
+// aggregate across shards, or of that shard alone, is recorded).
+func (t *topology) viaProtocol(fence authority.Fence, i int) bool {
+	return t.coord != nil && i == coordinatorOf(fence.AggregateID, len(t.shards))
+}
+
+// locate returns the shard of t holding fence's record: the coordinator
+// shard when none holds it. A fence recorded in two shards (two prepares of
+// one fence with different participants racing on different shards) is
+// ErrCorrupt naming them: neither can be chosen.
+func (s *Store) locate(ctx context.Context, t *topology, fence authority.Fence) (int, error) {
 	if len(t.shards) == 1 {
-		return 0, false, nil
+		return 0, nil
 	}
 	if id, ok := s.aggs.get(fence); ok {
 		if i := slices.IndexFunc(t.shards, func(sh *shard) bool { return shardID(sh) == id }); i >= 0 {
-			return i, false, nil
+			return i, nil
 		}
 	}
 	found, err := s.recordedIn(ctx, t, fence, -1)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	switch len(found) {
+	case 0:
+		return coordinatorOf(fence.AggregateID, len(t.shards)), nil
 	case 1:
 		s.aggs.put(fence, shardID(t.shards[found[0]]))
-		return found[0], false, nil
-	case 0:
-		if s.cfg.CrossShard != nil {
-			owns, err := s.cfg.CrossShard.Owns(ctx, fence)
-			if err != nil || owns {
-				return 0, owns, err
-			}
-		}
-		return shardOf(aggregateDomain+fence.AggregateID, len(t.shards)), false, nil
+		return found[0], nil
 	}
-	return 0, false, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
+	return 0, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
 		"Aggregate %q generation %d is recorded in shards %v: two prepares of one fence with different participants.",
 		fence.AggregateID, fence.AggregateGeneration, found), nil)
 }
@@ -203,7 +231,8 @@ func sortedShards(byShard map[int][]authority.Key) []int {
 	return out
 }
 
-// crossShard is the refusal of an aggregate whose participants span shards.
+// crossShard is the refusal of an aggregate whose participants span shards
+// (Config.RefuseCrossShardAggregates).
 func crossShard(id string, byShard map[int][]authority.Key) error {
 	parts := make([]string, 0, len(byShard))
 	for _, i := range sortedShards(byShard) {
@@ -211,7 +240,7 @@ func crossShard(id string, byShard map[int][]authority.Key) error {
 		parts = append(parts, fmt.Sprintf("shard %d: %s", i, strings.Join(keysText(keys), ", ")))
 	}
 	return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-		"Aggregate %q has participants in shards %v (%s): an aggregate across shards needs the cross-shard protocol (Config.CrossShard).",
+		"Aggregate %q has participants in shards %v (%s): this store refuses aggregates across shards (Config.RefuseCrossShardAggregates).",
 		id, sortedShards(byShard), strings.Join(parts, "; ")), ErrCrossShardAggregate)
 }
 

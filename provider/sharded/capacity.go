@@ -6,15 +6,17 @@ import (
 	"time"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
 )
 
 // Capacity. A node's rows live in every shard, and so do their capacity
 // entries: each in its row's shard, as on one cluster. CapacityUsage sums
-// the shards. A capacity policy is checked by each shard's store against
-// that shard's entries only, so over several shards it needs capacity
-// escrow (Config.Escrow), which gives each shard a slice of every node's
-// budget; without it the store refuses a policy over several shards
-// (ErrCapacityNeedsEscrow) rather than over-admit a node.
+// the shards. Over several shards the capacity policy holds across them by
+// capacity escrow (package escrow): every shard's store runs in escrow mode,
+// admitting a placement only within its own slice of the node's budget
+// (fenced in its Txn), and the store's mover moves budget between shards in
+// fenced steps when a slice runs short, asking the policy only for budget
+// granted on top of what every shard holds.
 
 // CapacityUsage returns the active and reserved counts of one counter of a
 // node lifecycle: the sum of every shard's, read in parallel (each shard's
@@ -42,23 +44,75 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 }
 
 // SetCapacityPolicy replaces the placement capacity policy (nil: every
-// placement fits), in every shard and in the clusters a resharding adds
-// later. Over several shards without escrow a policy is refused
-// (ErrCapacityNeedsEscrow) and the policy in force stays.
-func (s *Store) SetCapacityPolicy(p authority.CapacityPolicy) error {
-	t := s.topo.Load()
-	if len(t.shards) > 1 && p != nil && s.cfg.Escrow == nil {
-		return capacityNeedsEscrow(len(t.shards))
+// placement fits) in every shard, and in the clusters a resharding adds
+// later (a store with capacity escrow does not follow a grown map). Over several shards it then takes back
+// every shard's unused budget (escrow.Mover.ReconcileAll with reclaim), so
+// that a lowered limit governs the next placements at once: until that
+// finishes, budget granted under the previous policy stays usable. An error
+// is the reclaim's: the policy is in force; call again to reclaim.
+func (s *Store) SetCapacityPolicy(ctx context.Context, p authority.CapacityPolicy) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if p != nil && s.cfg.NoCapacityPolicy {
+		return authority.Invalid("This store was opened with NoCapacityPolicy: it runs no capacity escrow, so it takes no capacity policy; open one without NoCapacityPolicy.")
 	}
 	s.pol.Store(&policyBox{p})
-	for i, sh := range t.stores() {
-		if s.cfg.Escrow != nil {
-			sh.store.SetCapacityPolicy(s.cfg.Escrow.ShardPolicy(i, p))
-		} else {
-			sh.store.SetCapacityPolicy(p)
+	for _, sh := range s.topo.Load().stores() {
+		sh.store.SetCapacityPolicy(p)
+	}
+	if s.mover == nil {
+		return nil
+	}
+	_, err := s.mover.ReconcileAll(ctx, true)
+	return err
+}
+
+// reconcile finishes the budget transfers a mover left in flight (a process
+// stopped between the two steps of one), now and every ReconcileInterval,
+// until the store closes.
+func (s *Store) reconcile() {
+	for {
+		if _, err := s.mover.ReconcileAll(s.life, false); err != nil && s.life.Err() == nil && s.cfg.Logger != nil {
+			s.cfg.Logger.Warn("capacity escrow: reconciling the shards' budgets failed", "error", err)
+		}
+		if s.cfg.ReconcileInterval < 0 {
+			return
+		}
+		t := time.NewTimer(s.cfg.ReconcileInterval)
+		select {
+		case <-s.life.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
-	return nil
+}
+
+// EscrowStats counts the capacity escrow's work (escrow.Stats).
+type EscrowStats = escrow.Stats
+
+// EscrowStats returns the capacity escrow's counts since New (zero over one
+// shard or for a read-only store).
+func (s *Store) EscrowStats() EscrowStats {
+	if s.mover == nil {
+		return EscrowStats{}
+	}
+	return s.mover.Stats()
+}
+
+// ReconcileEscrow finishes every budget transfer left in flight across the
+// shards, and with reclaim also takes back every shard's unused budget
+// (escrow.Mover.ReconcileAll); it returns how many node lifecycles it
+// visited. The store runs it every Config.ReconcileInterval.
+func (s *Store) ReconcileEscrow(ctx context.Context, reclaim bool) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	if s.mover == nil {
+		return 0, nil
+	}
+	return s.mover.ReconcileAll(ctx, reclaim)
 }
 
 // policyBox holds the policy SetCapacityPolicy set last.

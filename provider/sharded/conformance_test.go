@@ -33,9 +33,9 @@ func factory(n int) conformance.Factory {
 	}
 }
 
-// harnessFor returns a harness over s. Over several shards it has no
-// SetCapacityPolicy: the store refuses a capacity policy without escrow
-// (docs/deviations.md D1), so the capacity subtests skip.
+// harnessFor returns a harness over s. Setting a capacity policy sets it
+// in every shard and, over several, reclaims every shard's budget
+// (SetCapacityPolicy).
 func harnessFor(s *sharded.Store, clock *authority.ManualClock) *conformance.Harness {
 	h := &conformance.Harness{
 		Store: s,
@@ -51,22 +51,20 @@ func harnessFor(s *sharded.Store, clock *authority.ManualClock) *conformance.Har
 				t.Fatalf("set live: %v", err)
 			}
 		},
+		SetCapacityPolicy: func(t testing.TB, p authority.CapacityPolicy) {
+			if err := s.SetCapacityPolicy(context.Background(), p); err != nil {
+				t.Fatalf("set capacity policy: %v", err)
+			}
+		},
 		Now:             time.Now,
 		ExpireScans:     compactAll,
 		Relocation:      s.Relocation(),
 		RecordRetention: s.RecordRetention(),
-		Skip:            crossShardSubtests,
+		Skip:            escrowSubtests,
 	}
 	if clock != nil {
 		h.AdvanceClock = func(_ testing.TB, d time.Duration) { clock.Advance(d) }
 		h.Now = clock.Now
-	}
-	if s.Shards() == 1 {
-		h.SetCapacityPolicy = func(t testing.TB, p authority.CapacityPolicy) {
-			if err := s.SetCapacityPolicy(p); err != nil {
-				t.Fatalf("set capacity policy: %v", err)
-			}
-		}
 	}
 	if etcdtest.External() {
 		h.ExpireScans = nil
@@ -74,19 +72,18 @@ func harnessFor(s *sharded.Store, clock *authority.ManualClock) *conformance.Har
 	return h
 }
 
-// crossShardSubtests are the conformance subtests whose aggregates have
-// participants in several of the 3 shards (by the shard map's hash of
-// their keys): without the cross-shard protocol the store refuses them
-// (docs/deviations.md D3).
-var crossShardSubtests = map[string]string{
-	"AggregatePrepare/ConflictPreservedOwnerNotLive": deviationCrossShard,
-	"AggregateCommit/StalePreservedOwnerNotLive":     deviationCrossShard,
-	"OwnershipToken/KeptByWritesOfTheSameOwner":      deviationCrossShard,
-	"OwnershipToken/RandomOperationSequences":        deviationCrossShard,
+// escrowSubtests are the conformance subtests that check which usage the
+// capacity policy is shown: over several shards each shard shows it its own
+// usage, and the ledger the budget granted as reserved with nothing active,
+// never the node's usage over every shard (docs/deviations.md D1, K1).
+var escrowSubtests = map[string]string{
+	"Capacity/PolicySeesUsage":          deviationPolicyView,
+	"AggregatePolicy/SeesTargetUsage":   deviationPolicyView,
+	"AggregatePolicy/SeesSpotTypeUsage": deviationPolicyView,
 }
 
-const deviationCrossShard = "its aggregate has participants in several shards, which the store refuses without " +
-	"Config.CrossShard (docs/deviations.md D3)"
+const deviationPolicyView = "over several shards the policy is shown one shard's usage or the budget granted, " +
+	"not the node's usage over every shard (docs/deviations.md D1)"
 
 // TestConformance runs the whole suite on 3 shards, one cluster each. Every
 // subtest that skips must be a documented deviation: docs/deviations.md
@@ -141,7 +138,7 @@ func (s *skips) requireDocumented(t *testing.T) {
 }
 
 // TestConformanceOneShard runs the suite on a store of one shard: every
-// subtest, the capacity ones included (one shard takes a policy).
+// subtest.
 func TestConformanceOneShard(t *testing.T) {
 	conformance.RunAll(t.Context(), t, func(t *testing.T) *conformance.Harness {
 		h := factory(1)(t)

@@ -60,29 +60,54 @@
 // # Capacity
 //
 // A node's capacity entries live with its rows, in every shard;
-// CapacityUsage sums the shards. A capacity policy would be checked by each
-// shard against its own entries only, so a node could be over-admitted
-// across shards: over several shards New and SetCapacityPolicy refuse a
-// policy (ErrCapacityNeedsEscrow) unless Config.Escrow makes it exact
-// (CapacityEscrow: each shard admits against its own slice of every node's
-// budget, fenced in its reservation Txn). A store of one shard takes a
-// policy as the etcd store does.
+// CapacityUsage sums the shards. Over several shards a capacity policy holds
+// across them by capacity escrow (package escrow, O'Neil's method): every
+// shard's store runs in escrow mode and admits a placement only within its
+// own slice of the node's budget (a compare in its reservation Txn), and
+// the store's mover moves budget between shards in fenced, idempotent steps
+// when a slice runs short, asking the policy only for budget on top of what
+// every shard already holds. So the limit holds over all shards at once,
+// with no cross-shard step while a slice has room. SetCapacityPolicy sets
+// the policy in every shard and reclaims every shard's unused budget (a
+// lowered limit applies at once); the store finishes transfers a stopped
+// mover left every Config.ReconcileInterval (ReconcileEscrow). The policy
+// must be monotone on requested + reserved + active per counter; it is shown
+// one shard's usage or the budget granted, never the node's usage over
+// every shard (docs/deviations.md D1, K1–K4). A store of one shard takes a
+// policy as the etcd store does, without escrow.
 //
 // # Aggregates
 //
 // An aggregate whose participants all live in one shard is that shard's
 // store's aggregate: record, target capacity and participants in one
-// cluster, prepared and committed in one Txn each. PrepareAggregate refuses a
-// fence already recorded in another shard (KindConflict: one fence, one
-// record; it reads the fence's record key in the other shards first, in
-// parallel), and CommitAggregate and AbortAggregate find the record (the
-// shard this store prepared it in, else every shard's record key read in
-// parallel, else Config.CrossShard, else the aggregate ID's home shard
-// answers). An aggregate whose participants span shards goes to
-// Config.CrossShard (CrossShardAggregates: a two-phase protocol with one
-// decision record), and without it is refused with ErrInvalidArgument and
-// ErrCrossShardAggregate naming the shards and their participants, nothing
-// written.
+// cluster, prepared and committed in one Txn each. One whose participants
+// live in several shards runs the two-phase protocol (package twophase): its
+// record in the aggregate ID's coordinator shard (CoordinatorOf), the target
+// capacity reserved in each shard its commit moves rows into, every
+// participant row locked while its commit decides, and any store instance
+// finishing or rolling back an aggregate whose coordinator stopped. Every
+// shard must be finalized to storeversion.RowLocks for it.
+// Config.RefuseCrossShardAggregates refuses such aggregates instead
+// (ErrInvalidArgument and ErrCrossShardAggregate naming the shards and
+// their participants, nothing written). PrepareAggregate refuses a fence
+// already recorded in another shard (KindConflict: one fence, one record),
+// and CommitAggregate and AbortAggregate find the record (the shard this
+// store prepared it in, else every shard's record key read in parallel,
+// else the coordinator shard).
+//
+// A write of an existing row (CompareExchangeAuthority, RemoveAllByOwner,
+// OwnerLease.RebindRows, a commit of an aggregate of one shard) that meets
+// a row lock resolves it (finishes or takes over its aggregate) and writes
+// again; ReadAuthority applies a committed aggregate's rows before it
+// answers. Listings and the row feed show each shard's rows as stored
+// (docs/deviations.md X4).
+//
+// # Row numbers
+//
+// Over several shards a row's StoreVersion, object generation, owner
+// generation and ownership token are its shard's revision × VersionStride
+// + the shard's index: unique across shards, rising within each
+// (rowversion.go). Over one shard they are the cluster's revisions.
 //
 // # Reads across shards
 //

@@ -14,18 +14,20 @@ import (
 var ErrShardMapMismatch = errors.New("sharded: shard map mismatch")
 
 // ErrCrossShardAggregate reports an aggregate whose participants live in more
-// than one shard, on a store without a cross-shard protocol
-// (Config.CrossShard): PrepareAggregate refuses it with an error wrapping
-// this and authority.ErrInvalidArgument, naming the shards, and writes
-// nothing.
+// than one shard, on a store configured to refuse them
+// (Config.RefuseCrossShardAggregates): PrepareAggregate refuses it with an
+// error wrapping this and authority.ErrInvalidArgument, naming the shards,
+// and writes nothing.
 var ErrCrossShardAggregate = errors.New("sharded: aggregate spans shards")
 
-// ErrCapacityNeedsEscrow reports a capacity policy on a store of several
-// shards without capacity escrow (Config.Escrow): each shard would check the
-// policy against its own rows only, so a node could be over-admitted across
-// shards. New and SetCapacityPolicy refuse it (wrapping
-// authority.ErrInvalidArgument).
-var ErrCapacityNeedsEscrow = errors.New("sharded: a capacity policy over several shards needs capacity escrow")
+// ErrCapacityNeedsEscrow reports a shard map that grew under a store whose
+// capacity escrow cannot follow it: a store opened over one shard with a
+// capacity policy (it runs no escrow, so each shard would check the policy
+// against its own rows only), or one running escrow over the shards it
+// opened with (its budget ledgers are placed by that shard count). The
+// store keeps routing by the map it had, whose writes the map fence now
+// refuses (wrapping authority.ErrUnavailable); reopen it with the new map.
+var ErrCapacityNeedsEscrow = errors.New("sharded: the capacity escrow does not follow the grown shard map")
 
 // shardError is an error of one shard's store, naming the shard.
 type shardError struct {

@@ -64,7 +64,7 @@ func (s *Store) WatchRows(ctx context.Context, req authority.FeedRequest) (autho
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	f := &mergedFeed{s: s, t: t, feeds: make([]authority.Feed, len(t.shards)), pos: make(authority.FeedPosition, len(t.shards))}
+	f := &mergedFeed{s: s, t: t, feeds: make([]authority.Feed, len(t.shards)), pos: make(authority.FeedPosition, len(t.shards)), num: t.num}
 	// each shard's feed lives as long as ctx (authority.RowFeed): opened on
 	// ctx itself, not on a context that ends when the opening does
 	errs := make([]error, len(t.shards))
@@ -108,6 +108,7 @@ type mergedFeed struct {
 	s     *Store
 	t     *topology        // the map the feed follows
 	feeds []authority.Feed // by shard
+	num   numbering        // the store's row numbers
 
 	// used by Next only
 	pos     authority.FeedPosition
@@ -146,7 +147,11 @@ func (f *mergedFeed) start(ctx context.Context, list bool) error {
 			}
 			switch {
 			case list && b.Kind == authority.FeedListed:
-				listed = append(listed, f.own(i, b))
+				b = f.own(i, b)
+				if err := f.num.events(i, b.Events); err != nil {
+					return inShard(i, err)
+				}
+				listed = append(listed, b)
 				continue
 			case list && b.Kind == authority.FeedSynced, !list && b.Kind == authority.FeedProgress:
 				f.pos[i] = b.Revision
@@ -268,6 +273,9 @@ func (f *mergedFeed) merge(sb shardBatch) (authority.FeedBatch, error) {
 	if b.Kind != authority.FeedChanged && b.Kind != authority.FeedProgress || b.Revision < f.pos[i] {
 		return authority.FeedBatch{}, inShard(i, authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
 			"The shard's feed delivered a %s batch at revision %d after revision %d.", b.Kind, b.Revision, f.pos[i]), nil))
+	}
+	if err := f.num.events(i, b.Events); err != nil {
+		return authority.FeedBatch{}, inShard(i, err)
 	}
 	start, last := f.pos[i], f.pos[i]
 	for j := range b.Events {

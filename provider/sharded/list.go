@@ -169,6 +169,9 @@ func (s *Store) pageAt(ctx context.Context, t *topology, prefix string, c listCu
 	pages := make([]shardPage, len(t.shards))
 	err := s.eachOf(ctx, t, active, func(ctx context.Context, i int, sh *shard) error {
 		res, rev, err := sh.store.ListPageAt(t.at(ctx, i), prefix, c.after, c.revs[i], limit)
+		if err == nil {
+			err = t.num.items(i, res.Items)
+		}
 		pages[i] = shardPage{res: res, rev: rev, more: res.NextCursor != ""}
 		return err
 	})

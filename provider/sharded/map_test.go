@@ -2,7 +2,6 @@ package sharded_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
 )
 
 // storedMap reads the raw shard-map key of a shard's namespace (nil:
@@ -185,6 +185,10 @@ func TestConfigurationRefusals(t *testing.T) {
 	shards := shardConfigs(t, 2)
 	withClock := append([]etcdstore.Config(nil), shards...)
 	withClock[1].Clock = authority.SystemClock{}
+	withEscrow := append([]etcdstore.Config(nil), shards...)
+	m, err := escrow.New(escrow.Config{Shards: 2})
+	require.NoError(t, err)
+	withEscrow[0].CapacityEscrow = m.Hook(0)
 	cases := []struct {
 		name   string
 		cfg    sharded.Config
@@ -194,7 +198,8 @@ func TestConfigurationRefusals(t *testing.T) {
 		{"shard setting", sharded.Config{Shards: withClock}, "Shard 1 sets Clock"},
 		{"negative epoch", sharded.Config{Shards: shards, Epoch: -1}, "epoch -1"},
 		{"one cluster twice", sharded.Config{Shards: []etcdstore.Config{shards[0], shards[0]}}, "both cluster"},
-		{"capacity policy", sharded.Config{Shards: shards, CapacityPolicy: conformance.ActorLimit(1)}, "needs capacity escrow"},
+		{"shard escrow", sharded.Config{Shards: withEscrow}, "Shard 0 sets CapacityEscrow"},
+		{"negative escrow chunk", sharded.Config{Shards: shards, EscrowChunk: -1}, "EscrowChunk -1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,14 +211,6 @@ func TestConfigurationRefusals(t *testing.T) {
 			require.ErrorContains(t, err, tc.naming)
 		})
 	}
-	_, err := sharded.New(context.Background(), sharded.Config{Shards: shards, CapacityPolicy: conformance.ActorLimit(1)})
-	require.ErrorIs(t, err, sharded.ErrCapacityNeedsEscrow)
-	s := newStore(t, 0, sharded.Config{Shards: shards})
-	err = s.SetCapacityPolicy(conformance.ActorLimit(1))
-	require.ErrorIs(t, err, sharded.ErrCapacityNeedsEscrow)
-	require.ErrorIs(t, err, authority.ErrInvalidArgument)
-	require.NoError(t, s.SetCapacityPolicy(nil))
-	require.True(t, errors.Is(err, authority.ErrInvalidArgument))
 }
 
 // plainHarness is a conformance harness over a single-cluster store (no

@@ -142,14 +142,14 @@ func extends(grown, m schema.ShardMap) bool {
 // publishGrown publishes next, and takes the store's owner leases in every
 // store next writes to that base did not.
 func (s *Store) publishGrown(next, base *topology) error {
-	if (s.cfg.Escrow != nil || s.cfg.CrossShard != nil) && len(next.shards) != len(base.shards) {
+	if s.mover != nil && len(next.shards) != len(base.shards) {
 		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
-			"The shard map grew to %d shards (epoch %d): a store with capacity escrow or the cross-shard aggregate protocol does not follow a resharding; reopen it with the new map.",
-			len(next.shards), next.smap.Epoch), nil)
+			"The shard map grew to %d shards (epoch %d): a store running capacity escrow over %d shards does not follow a resharding; reopen it with the new map.",
+			len(next.shards), next.smap.Epoch, len(base.shards)), ErrCapacityNeedsEscrow)
 	}
-	if p := s.policy(); p != nil && s.cfg.Escrow == nil && len(next.shards) > 1 && len(base.shards) == 1 {
+	if p := s.policy(); p != nil && s.mover == nil && len(next.shards) > 1 && len(base.shards) == 1 {
 		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
-			"The shard map grew to %d shards (epoch %d): a capacity policy over several shards needs capacity escrow; reopen the store with Config.Escrow, or without the policy.",
+			"The shard map grew to %d shards (epoch %d): a capacity policy over several shards needs capacity escrow, which a store opened over one shard does not run; reopen the store with the new map, or without the policy.",
 			len(next.shards), next.smap.Epoch), ErrCapacityNeedsEscrow)
 	}
 	var added []*shard

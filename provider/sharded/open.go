@@ -10,6 +10,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
 )
 
 // New opens a store over the configured shards: one etcd store per shard,
@@ -26,18 +27,26 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	n := len(cfg.Shards)
 	s := &Store{cfg: cfg}
 	s.life, s.endLife = context.WithCancel(context.Background())
-	t := &topology{shards: make([]*shard, len(cfg.Shards))}
+	if n > 1 && !cfg.ReadOnly && !cfg.NoCapacityPolicy {
+		var err error
+		if s.mover, err = escrow.New(escrow.Config{Shards: n, Chunk: cfg.EscrowChunk, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	t := &topology{shards: make([]*shard, n)}
 	err := s.eachShard(ctx, t, func(ctx context.Context, i int, _ *shard) error {
 		sc := cfg.shardConfig(i)
-		if cfg.Escrow != nil {
-			if err := cfg.Escrow.ConfigureShard(i, &sc); err != nil {
-				return err
-			}
+		if s.mover != nil {
+			sc.CapacityEscrow = s.mover.Hook(i)
 		}
 		sh, err := openShard(ctx, sc, i)
 		t.shards[i] = sh
+		if err == nil && s.mover != nil {
+			err = s.mover.Attach(i, sh.store.Budget())
+		}
 		return err
 	})
 	for _, sh := range t.shards {
@@ -53,10 +62,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err == nil {
 		err = s.load(ctx, t)
 	}
-	if err == nil {
-		if err = s.bind(ctx); err != nil {
-			_ = s.closeSeams()
-		}
+	if err == nil && n > 1 {
+		err = s.startProtocols()
 	}
 	if err != nil {
 		s.endLife()
@@ -165,47 +172,50 @@ func (s *Store) createMap(ctx context.Context, t *topology, want schema.ShardMap
 	if len(found) > 0 {
 		return mismatch(slices.Min(found), "its namespace holds rows but no shard map (a single-cluster store's namespace opens only as the one shard of a one-shard store)")
 	}
-	return s.eachOf(ctx, t, missing, func(ctx context.Context, i int, sh *shard) error {
-		created, st, err := sh.store.CreateShardMap(ctx, want)
-		switch {
-		case err != nil || created:
-			return err
-		case st.Found:
-			if d := st.Map.Diff(want); d != "" {
-				return mismatch(i, d)
-			}
-			return nil
-		}
-		return mismatch(i, "rows appeared in its namespace while the shard map was being created")
-	})
-}
-
-func mismatch(shard int, diff string) error {
-	return fmt.Errorf("%w: shard %d: %s", ErrShardMapMismatch, shard, diff)
-}
-
-// bind hands the opened shards to the seams.
-func (s *Store) bind(ctx context.Context) error {
-	t := s.topo.Load()
-	stores := make([]*etcdstore.Store, len(t.shards))
-	for i, sh := range t.shards {
-		stores[i] = sh.store
-	}
-	if s.cfg.Escrow != nil {
-		if err := s.cfg.Escrow.Bind(ctx, stores); err != nil {
-			return err
-		}
-	}
-	if s.cfg.CrossShard != nil {
-		if err := s.cfg.CrossShard.Bind(ctx, stores, func(k authority.Key) int { return shardOf(string(k), len(stores)) }); err != nil {
+	// one shard after another, lowest first: stores racing to create
+	// different maps all try the lowest missing shard first, where one
+	// wins and the others stop at its map, so no two shards end with
+	// different maps (in parallel, each racer could win a shard of its own
+	// and leave a namespace no configuration opens)
+	for _, i := range missing {
+		if err := s.createMapIn(ctx, t, i, want); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// closeShards closes every shard store the store opened (a failed New,
-// Close).
+// createMapIn puts want in shard i unless it holds a map already, which must
+// then be want.
+func (s *Store) createMapIn(ctx context.Context, t *topology, i int, want schema.ShardMap) error {
+	created, st, err := t.shards[i].store.CreateShardMap(ctx, want)
+	switch {
+	case err != nil || created:
+		return err
+	case st.Found:
+		if d := st.Map.Diff(want); d != "" {
+			return mismatch(i, d)
+		}
+		return nil
+	}
+	return mismatch(i, "rows appeared in its namespace while the shard map was being created")
+}
+
+func mismatch(shard int, diff string) error {
+	return fmt.Errorf("%w: shard %d: %s", ErrShardMapMismatch, shard, diff)
+}
+
+// startProtocols starts what a store of several shards runs across them
+// besides the two-phase protocol (a topology's, topology.go): the capacity
+// escrow's reconciliation (at once, then every ReconcileInterval).
+func (s *Store) startProtocols() error {
+	if s.mover != nil && !s.background(s.reconcile) {
+		return authority.ErrClosed
+	}
+	return nil
+}
+
+// closeShards closes every opened shard's store (a failed New, Close).
 func (s *Store) closeShards() error {
 	s.grow.mu.Lock()
 	opened := append([]*shard(nil), s.grow.opened...)

@@ -8,17 +8,33 @@ import (
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
-// The contract's single-row operations: each goes to its row's shard, where
-// it is one Txn in one cluster with the etcd store's fencing (row version,
-// owner liveness, reservation, record), unchanged.
+// The contract's single-row operations: each goes to its row's shard under
+// the map in force (topology.go), where it is one Txn in one cluster with
+// the etcd store's fencing (row version, owner liveness, reservation,
+// record, and the shard map's revision), unchanged. Over several shards the
+// row numbers are translated (rowversion.go), a read resolves the row lock
+// of a committed cross-shard aggregate first, and a write of an existing row
+// that meets a row lock resolves it and writes again (twophase.Coordinator:
+// ReadAuthority, Retry). A reserved or absent row is never locked, so
+// Reserve, Commit, CompleteCreation and Abort need no retry.
 
-// ReadAuthority returns the row at key (KindSnapshot) or KindMissing.
+// ReadAuthority returns the row at key (KindSnapshot) or KindMissing. Over
+// several shards a row locked by a committed cross-shard aggregate is
+// applied first (in every shard of the aggregate); a read-only store, which
+// writes nothing, answers the row as its shard holds it.
 func (s *Store) ReadAuthority(ctx context.Context, key authority.Key) (res authority.ReadResult, err error) {
 	if err := s.begin(ctx); err != nil {
 		return authority.ReadResult{}, err
 	}
-	err = s.onRow(ctx, key, false, func(ctx context.Context, sh *shard) (err error) {
-		res, err = sh.store.ReadAuthority(ctx, key)
+	err = s.onRowAt(ctx, key, false, func(ctx context.Context, t *topology, sh *shard) (err error) {
+		if t.coord != nil && !s.cfg.ReadOnly {
+			res, err = t.coord.ReadAuthority(ctx, key)
+		} else {
+			res, err = sh.store.ReadAuthority(ctx, key)
+		}
+		if err == nil {
+			res, err = t.num.read(sh.index, res)
+		}
 		return err
 	})
 	return res, err
@@ -30,11 +46,28 @@ func (s *Store) CompareExchangeAuthority(ctx context.Context, key authority.Key,
 	if err := s.begin(ctx); err != nil {
 		return authority.CompareExchangeResult{}, err
 	}
-	err = s.onRow(ctx, key, true, func(ctx context.Context, sh *shard) (err error) {
-		res, err = sh.store.CompareExchangeAuthority(ctx, key, expected, m)
+	err = s.onRowAt(ctx, key, true, func(ctx context.Context, t *topology, sh *shard) error {
+		raw := t.num.shardVersion(sh.index, expected)
+		err := t.retry(ctx, func(ctx context.Context) (err error) {
+			res, err = sh.store.CompareExchangeAuthority(ctx, key, raw, m)
+			return err
+		})
+		if err == nil {
+			res, err = t.num.cas(sh.index, res)
+		}
 		return err
 	})
 	return res, err
+}
+
+// retry runs op, a write of existing rows in one shard of t, resolving the
+// row locks it meets (twophase.Coordinator.Retry); over one shard it runs
+// op once.
+func (t *topology) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	if t.coord == nil {
+		return op(ctx)
+	}
+	return t.coord.Retry(ctx, op)
 }
 
 // Reserve creates a reserved row for a new object in its key's shard.
@@ -42,8 +75,10 @@ func (s *Store) Reserve(ctx context.Context, req authority.ReserveRequest) (res 
 	if err := s.begin(ctx); err != nil {
 		return authority.ReserveResult{}, err
 	}
-	err = s.onObject(ctx, req.Key, func(ctx context.Context, sh *shard) (err error) {
-		res, err = sh.store.Reserve(ctx, req)
+	err = s.onObjectAt(ctx, req.Key, func(ctx context.Context, t *topology, sh *shard) (err error) {
+		if res, err = sh.store.Reserve(ctx, req); err == nil {
+			res, err = t.num.reserve(sh.index, res)
+		}
 		return err
 	})
 	return res, err
@@ -54,8 +89,12 @@ func (s *Store) Commit(ctx context.Context, req authority.CommitRequest) (res au
 	if err := s.begin(ctx); err != nil {
 		return authority.CommitResult{}, err
 	}
-	err = s.onObject(ctx, req.Key, func(ctx context.Context, sh *shard) (err error) {
-		res, err = sh.store.Commit(ctx, req)
+	err = s.onObjectAt(ctx, req.Key, func(ctx context.Context, t *topology, sh *shard) (err error) {
+		r := req
+		r.ExpectedStoreVersion = t.num.shardVersion(sh.index, req.ExpectedStoreVersion)
+		if res, err = sh.store.Commit(ctx, r); err == nil {
+			res, err = t.num.commit(sh.index, res)
+		}
 		return err
 	})
 	return res, err
@@ -67,8 +106,12 @@ func (s *Store) CompleteCreation(ctx context.Context, req authority.CompleteCrea
 	if err := s.begin(ctx); err != nil {
 		return authority.CompleteCreationResult{}, err
 	}
-	err = s.onObject(ctx, req.Key, func(ctx context.Context, sh *shard) (err error) {
-		res, err = sh.store.CompleteCreation(ctx, req)
+	err = s.onObjectAt(ctx, req.Key, func(ctx context.Context, t *topology, sh *shard) (err error) {
+		r := req
+		r.ExpectedStoreVersion = t.num.shardVersion(sh.index, req.ExpectedStoreVersion)
+		if res, err = sh.store.CompleteCreation(ctx, r); err == nil {
+			res, err = t.num.completion(sh.index, res)
+		}
 		return err
 	})
 	return res, err
@@ -79,8 +122,10 @@ func (s *Store) Abort(ctx context.Context, req authority.AbortRequest) (res auth
 	if err := s.begin(ctx); err != nil {
 		return authority.AbortResult{}, err
 	}
-	err = s.onObject(ctx, req.Key, func(ctx context.Context, sh *shard) (err error) {
-		res, err = sh.store.Abort(ctx, req)
+	err = s.onObjectAt(ctx, req.Key, func(ctx context.Context, t *topology, sh *shard) (err error) {
+		r := req
+		r.ExpectedStoreVersion = t.num.shardVersion(sh.index, req.ExpectedStoreVersion)
+		res, err = sh.store.Abort(ctx, r)
 		return err
 	})
 	return res, err
@@ -96,7 +141,7 @@ func (s *Store) WaitForChange(ctx context.Context, key authority.Key, seen autho
 	}
 	t := s.topo.Load()
 	i := t.shardOf(key)
-	return inShard(i, t.shards[i].store.WaitForChange(ctx, key, seen))
+	return inShard(i, t.shards[i].store.WaitForChange(ctx, key, t.num.shardVersion(i, seen)))
 }
 
 // ReadCreationTerminal returns the unexpired terminal of an operation. The

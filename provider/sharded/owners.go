@@ -234,7 +234,9 @@ func (l *OwnerLease) Close(ctx context.Context) error {
 
 // RebindRows moves every row of from (an earlier lease generation of this
 // lease's owner, on this lease's node lifecycle) to this lease, every shard
-// of the map in force in parallel, and returns how many moved. A shard that
+// of the map in force in parallel (a row locked by a cross-shard
+// aggregate's commit is resolved first, twophase.Coordinator.Retry), and
+// returns how many moved. A shard that
 // fails leaves the others' rows moved and its error names it
 // (etcd.ErrLeaseLost: this lease is lost there); the count includes every
 // row moved. Call it again for the rest. While a resharding's switch is
@@ -253,9 +255,11 @@ func (l *OwnerLease) RebindRows(ctx context.Context, from authority.OwnerToken) 
 				return fmt.Errorf("%w: owner %q generation %d holds no lease in shard %d yet", etcdstore.ErrLeaseLost,
 					l.token.OwnerID, l.token.LeaseGeneration, i)
 			}
-			k, err := sl.RebindRows(t.at(ctx, i), from)
-			n.Add(k)
-			return err
+			return t.retry(t.at(ctx, i), func(ctx context.Context) error {
+				k, err := sl.RebindRows(ctx, from)
+				n.Add(k)
+				return err
+			})
 		})
 	})
 	return n.Load(), err

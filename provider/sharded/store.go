@@ -9,6 +9,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/escrow"
 )
 
 // Store is the authority store over several etcd clusters: one etcd store
@@ -24,7 +25,12 @@ type Store struct {
 	// serializes reloads of the map (topology.go).
 	grow growth
 	// aggs remembers the shard each aggregate was prepared in.
-	aggs   *fenceCache
+	aggs *fenceCache
+	// mover moves capacity budget between the shards (nil over one shard,
+	// and for a read-only store). It serves the shards the store opened
+	// with: a store with a mover does not follow a map that grew
+	// (ErrCapacityNeedsEscrow).
+	mover  *escrow.Mover
 	closed atomic.Bool
 	// owners are the store's live owner leases, which a shard added by a
 	// resharding must also hold (owners.go).
@@ -64,8 +70,10 @@ func (s *Store) Shards() int { return len(s.topo.Load().shards) }
 
 // Shard returns shard i's etcd store (0 ≤ i < Shards()), for what is per
 // cluster (its upgrade status, server warning, write statistics). Writing
-// rows through it directly bypasses the shard map: a key must only be
-// written in its own shard (ShardOf).
+// rows through it directly bypasses the shard map (a key must only be
+// written in its own shard, ShardOf) and the row locks' resolution, and
+// over several shards its row versions and tokens are the cluster's
+// revisions, not this store's (rowversion.go).
 func (s *Store) Shard(i int) *etcdstore.Store { return s.topo.Load().shards[i].store }
 
 // ShardOf returns the shard key's row lives in under the map in force.
@@ -79,8 +87,8 @@ func (s *Store) Map() schema.ShardMap {
 }
 
 // Close closes every shard's store (each revokes its owner leases and its
-// announcement, as etcd.Store.Close does) after the seams. Rows and records
-// stay.
+// announcement, as etcd.Store.Close does) and stops the capacity escrow's
+// reconciliation. Rows and records stay.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -90,7 +98,7 @@ func (s *Store) Close() error {
 	s.bgMu.Unlock()
 	s.grow.stop()
 	s.endLife()
-	err := errors.Join(s.closeSeams(), s.closeShards())
+	err := s.closeShards()
 	s.bg.Wait()
 	return err
 }
@@ -109,17 +117,6 @@ func (s *Store) background(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-func (s *Store) closeSeams() error {
-	var errs []error
-	if s.cfg.CrossShard != nil {
-		errs = append(errs, s.cfg.CrossShard.Close())
-	}
-	if s.cfg.Escrow != nil {
-		errs = append(errs, s.cfg.Escrow.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // begin refuses work on a closed store.

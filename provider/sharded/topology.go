@@ -10,6 +10,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
+	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
 // The map in force, and a resharding in progress (package
@@ -63,6 +64,12 @@ type topology struct {
 	// key then (0: none yet, the switch has not reached it).
 	target      *shard
 	targetFence int64
+	// num translates row numbers between the shards' stores and the
+	// store's (rowversion.go); coord runs the two-phase protocol of
+	// aggregates across its shards and resolves the row locks it leaves
+	// (nil over one shard). publish sets both.
+	num   numbering
+	coord *twophase.Coordinator
 	// done is closed when a newer topology replaced this one; readAt is
 	// when its map keys were read.
 	done   chan struct{}
@@ -82,7 +89,7 @@ func (t *topology) shardOf(key authority.Key) int { return shardOf(string(key), 
 
 // at returns ctx carrying shard i's map fence.
 func (t *topology) at(ctx context.Context, i int) context.Context {
-	return etcdstore.WithShardMapRevision(ctx, t.fence[i])
+	return t.shards[i].store.WithShardMapRevision(ctx, t.fence[i])
 }
 
 // switching reports whether shard i is frozen for the move, and the map in
@@ -161,7 +168,7 @@ func (t *topology) checkSwitched(ctx context.Context) error {
 	if t.target == nil || !t.frozenAny() {
 		return nil
 	}
-	return t.target.store.CheckShardMap(etcdstore.WithShardMapRevision(ctx, t.targetFence))
+	return t.target.store.CheckShardMap(t.target.store.WithShardMapRevision(ctx, t.targetFence))
 }
 
 // onRow runs fn on the shard of key under the map in force, fn's context
@@ -170,6 +177,11 @@ func (t *topology) checkSwitched(ctx context.Context) error {
 // (checkSwitched). When the map moved under fn, the store reloads it and
 // runs fn again on the row's shard then.
 func (s *Store) onRow(ctx context.Context, key authority.Key, write bool, fn func(ctx context.Context, sh *shard) error) error {
+	return s.onRowAt(ctx, key, write, func(ctx context.Context, _ *topology, sh *shard) error { return fn(ctx, sh) })
+}
+
+// onRowAt is onRow with fn also given the topology it was routed by.
+func (s *Store) onRowAt(ctx context.Context, key authority.Key, write bool, fn func(ctx context.Context, t *topology, sh *shard) error) error {
 	for attempt := 0; ; attempt++ {
 		t := s.topo.Load()
 		i := t.shardOf(key)
@@ -178,7 +190,7 @@ func (s *Store) onRow(ctx context.Context, key authority.Key, write bool, fn fun
 			err = t.refuse(key, i)
 		}
 		if err == nil {
-			err = inShard(i, fn(t.at(ctx, i), t.shards[i]))
+			err = inShard(i, fn(t.at(ctx, i), t, t.shards[i]))
 		}
 		if err == nil && !write && t.switching(i) {
 			err = t.checkSwitched(ctx)
@@ -195,11 +207,17 @@ func (s *Store) onRow(ctx context.Context, key authority.Key, write bool, fn fun
 // onObject is onRow for an object key; a key that does not encode goes to
 // shard 0, whose store refuses it as any store does.
 func (s *Store) onObject(ctx context.Context, k authority.ObjectKey, fn func(ctx context.Context, sh *shard) error) error {
+	return s.onObjectAt(ctx, k, func(ctx context.Context, _ *topology, sh *shard) error { return fn(ctx, sh) })
+}
+
+// onObjectAt is onObject with fn also given the topology it was routed by.
+func (s *Store) onObjectAt(ctx context.Context, k authority.ObjectKey, fn func(ctx context.Context, t *topology, sh *shard) error) error {
 	key, err := k.Encode()
 	if err != nil {
-		return inShard(0, fn(ctx, s.topo.Load().shards[0]))
+		t := s.topo.Load()
+		return inShard(0, fn(ctx, t, t.shards[0]))
 	}
-	return s.onRow(ctx, key, true, fn)
+	return s.onRowAt(ctx, key, true, fn)
 }
 
 // rerouted runs op, a whole operation over a topology it takes itself,
@@ -229,6 +247,14 @@ func (s *Store) reroute(t *topology, err error) bool {
 // it replaced.
 func (s *Store) publish(t *topology) {
 	t.done, t.readAt = make(chan struct{}), time.Now()
+	t.num = numbering{n: len(t.shards)}
+	if len(t.shards) > 1 {
+		shards := make([]twophase.Shard, len(t.shards))
+		for i, sh := range t.shards {
+			shards[i] = fencedShard{twophase.EtcdShard(sh.store), sh.store, t.fence[i]}
+		}
+		t.coord, _ = twophase.New(shards, router{t}) // no nil shard, a router: no error
+	}
 	if old := s.topo.Swap(t); old != nil {
 		close(old.done)
 	}
@@ -265,3 +291,15 @@ func (g *growth) stop() {
 func shardID(sh *shard) schema.ShardMapShard {
 	return schema.ShardMapShard{ClusterID: sh.clusterID, Namespace: sh.namespace}
 }
+
+// router places rows and aggregate records for the two-phase protocol, by
+// the topology's map.
+type router struct{ t *topology }
+
+func (r router) ShardOf(key authority.Key) int { return r.t.shardOf(key) }
+func (r router) CoordinatorOf(aggregateID string) int {
+	return coordinatorOf(aggregateID, len(r.t.shards))
+}
+
+// coordinatorOf returns the coordinator shard of aggregateID over n shards.
+func coordinatorOf(aggregateID string, n int) int { return shardOf(aggregateDomain+aggregateID, n) }

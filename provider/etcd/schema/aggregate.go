@@ -19,8 +19,14 @@ type AggregateRecord struct {
 	// Request is the request that prepared the aggregate.
 	Request authority.AggregatePrepareRequest
 	// ExpiresAt is when the store stops serving a committed or aborted
-	// record; zero for a prepared one, which never expires.
+	// record; zero for a prepared one, which never expires, and for a
+	// cross-shard one decided but not yet applied in every shard.
 	ExpiresAt time.Time
+	// Incarnation is set on the record of a cross-shard aggregate
+	// (storeversion.RowLocks; package provider/sharded/twophase): a random
+	// ID the prepare gives it, which the row locks of its commit name.
+	// Empty on a record of one store, which older builds also read.
+	Incarnation string
 }
 
 // Aggregate record states.
@@ -44,6 +50,9 @@ type aggregateWire struct {
 	Capacity   capacityWire      `json:"c"`
 	Digest     []byte            `json:"d"`
 	Parts      []participantWire `json:"p"`
+	// Inc is a cross-shard record's incarnation (absent: a record of one
+	// store).
+	Inc string `json:"i,omitempty"`
 }
 
 // participantWire is one participant of an aggregate record.
@@ -67,7 +76,7 @@ func (a *AggregateRecord) wire() *aggregateWire {
 	w := aggregateWire{State: a.State, ExpiresAt: a.ExpiresAt, ID: r.AggregateID, Generation: r.AggregateGeneration,
 		OwnerID: r.TargetOwner.OwnerID, Lease: r.TargetOwner.LeaseGeneration, Mesh: r.TargetDescriptor.MeshName,
 		RID: r.TargetDescriptor.RID, Lifecycle: r.TargetDescriptorLifecycleGeneration,
-		Capacity: encodeCapacity(r.Capacity), Digest: r.InventoryDigest, Parts: make([]participantWire, len(r.Participants))}
+		Capacity: encodeCapacity(r.Capacity), Digest: r.InventoryDigest, Parts: make([]participantWire, len(r.Participants)), Inc: a.Incarnation}
 	for i, p := range r.Participants {
 		w.Parts[i] = participantWire{Key: string(p.AuthorityKey), Version: string(p.ExpectedStoreVersion),
 			Transition: string(p.OwnerTransition), Payload: p.AuthorityPayload, Mutation: p.MembershipMutation}
@@ -89,7 +98,7 @@ func DecodeAggregate(kv *mvccpb.KeyValue) (*AggregateRecord, error) {
 	if err := w.check(); err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
-	a := &AggregateRecord{State: w.State, ExpiresAt: w.ExpiresAt, Request: authority.AggregatePrepareRequest{
+	a := &AggregateRecord{State: w.State, ExpiresAt: w.ExpiresAt, Incarnation: w.Inc, Request: authority.AggregatePrepareRequest{
 		AggregateID: w.ID, AggregateGeneration: w.Generation,
 		TargetOwner:      authority.OwnerToken{OwnerID: w.OwnerID, LeaseGeneration: w.Lease},
 		TargetDescriptor: authority.NodeDescriptor{MeshName: w.Mesh, RID: w.RID}, TargetDescriptorLifecycleGeneration: w.Lifecycle,

@@ -75,12 +75,13 @@ func DecodeCapacityEntry(v []byte) (authority.AllocationState, authority.Capacit
 
 // DecodeNodeCapacityEntry decodes kv, one key-value of the range of a node
 // lifecycle's capacity entries (nodePrefix is Layout.CapacityNode of that
-// lifecycle): its key must name a row's or an aggregate's entry, and its
+// lifecycle): its key must name a row's or an aggregate's entry or a row's
+// placement key (storeversion.FewerKeys), and its
 // value decodes strictly (DecodeCapacityEntry). Any other key or value is an
 // error wrapping authority.ErrCorrupt.
 func DecodeNodeCapacityEntry(nodePrefix string, kv *mvccpb.KeyValue) (authority.AllocationState, authority.CapacityVector, error) {
 	rest, ok := strings.CutPrefix(string(kv.Key), nodePrefix)
-	if !ok || !strings.HasPrefix(rest, capRow+"/") && !strings.HasPrefix(rest, capAgg+"/") {
+	if !ok || !strings.HasPrefix(rest, capRow+"/") && !strings.HasPrefix(rest, capAgg+"/") && !strings.HasPrefix(rest, capOwned+"/") {
 		return "", authority.CapacityVector{}, corrupt(string(kv.Key), errBadKey)
 	}
 	st, c, err := DecodeCapacityEntry(kv.Value)

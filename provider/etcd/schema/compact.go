@@ -27,8 +27,12 @@ import (
 func Compact(v storeversion.Version) bool { return v >= storeversion.CompactFormat }
 
 // EncodeAt returns the stored value of r in the format of active version v.
+// A row with a field of storeversion.FewerKeys (which only a namespace
+// finalized there holds) keeps it, in the compact format, whatever v is: a
+// writer that has not yet learned the version its namespace moved to must
+// not drop where the row's capacity is or which reservation committed it.
 func (r *Row) EncodeAt(v storeversion.Version) string {
-	if !Compact(v) {
+	if !Compact(v) && !r.fewerKeys() {
 		return r.Encode()
 	}
 	m := &compactpb.Row{
@@ -36,8 +40,9 @@ func (r *Row) EncodeAt(v storeversion.Version) string {
 		State: stateToCompact(r.Alloc.State), Kind: kindToCompact(r.Alloc.ObjectKind),
 		StableType: []byte(r.Alloc.StableType), Mesh: []byte(r.Alloc.Descriptor.MeshName),
 		Rid: []byte(r.Alloc.Descriptor.RID), Lifecycle: r.Alloc.DescriptorLifecycleGeneration,
-		Capacity: capacityToCompact(r.Alloc.Capacity), NextWrites: r.Pretend.wire().compact(), ObjectGen: r.ObjectGen,
-		MovedVersion: r.MovedVersion,
+		Capacity: capacityToCompact(r.Alloc.Capacity), NextWrites: r.Pretend.wire().compact(),
+		PlacementKey: r.PlacementKey, Committed: committedToCompact(r.Committed),
+		ObjectGen: r.ObjectGen, MovedVersion: r.MovedVersion,
 	}
 	if p := r.Pending; p != nil {
 		m.Pending = &compactpb.Pending{ReservationId: []byte(p.ReservationID), Reference: []byte(p.RequestContentReference),
@@ -66,12 +71,16 @@ func decodeRowMetaCompact(meta []byte) (*rowWire, error) {
 		return nil, err
 	}
 	capacity := capacityFromCompact(m.Capacity)
+	committed, err := committedFromCompact(m.Committed)
+	if err != nil {
+		return nil, err
+	}
 	token := m.Token
 	w := &rowWire{
 		OwnerGen: m.OwnerGen, Token: &token, OwnerID: string(m.OwnerId), Lease: m.Lease,
 		State: stateFromCompact(m.State), Kind: kindFromCompact(m.Kind), Stable: string(m.StableType),
-		Mesh: string(m.Mesh), RID: string(m.Rid), Lifecycle: m.Lifecycle, Capacity: capacity, ObjectGen: m.ObjectGen,
-		MovedVersion: m.MovedVersion, pretendWire: pw,
+		Mesh: string(m.Mesh), RID: string(m.Rid), Lifecycle: m.Lifecycle, Capacity: capacity, pretendWire: pw,
+		PlacementKey: m.PlacementKey, Committed: committed, ObjectGen: m.ObjectGen, MovedVersion: m.MovedVersion,
 	}
 	if p := m.Pending; p != nil {
 		w.Pending = &pendingWire{ReservationID: string(p.ReservationId), Reference: string(p.Reference), SHA256: p.Sha256, Size: p.Size}

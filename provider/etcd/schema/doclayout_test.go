@@ -63,7 +63,9 @@ func TestPackageDocKeyLayout(t *testing.T) {
 		l.Row(key), l.Liveness(node, 1, owner), l.OwnerGen("owner-1"), l.OwnerRow(owner, key),
 		l.CapacityRow(alloc, key), l.CapacityAggregate(alloc, fence), l.CapacityEpoch(node, 1),
 		l.Reservation("r-1"), l.Terminal(op), l.Aggregate(fence), l.Blob("0b2c"),
-		l.ActiveVersion(), l.Announcement(0x1234),
+		l.ActiveVersion(), l.Announcement(0x1234), l.BudgetSlice(node, 1), l.BudgetLedger(node, 1),
+		l.RowLock(key), l.AggregatePart(fence),
+		l.Placement(alloc, owner, key), l.OwnerNode(owner, node, 1),
 	} {
 		if !slices.ContainsFunc(patterns, func(p *regexp.Regexp) bool { return p.MatchString(built) }) {
 			t.Errorf("key %q matches no line of doc.go's key layout %q", built, lines)

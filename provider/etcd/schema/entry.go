@@ -49,13 +49,28 @@ const (
 	// (ActiveVersion set) or a running process's announcement
 	// (Announcement set).
 	EntryStoreVersion
+	// EntryEscrow is a node lifecycle's capacity escrow key: its budget
+	// slice in this shard (BudgetSlice set) or its ledger (BudgetLedger
+	// set).
+	EntryEscrow
+	// EntryRowLock is a cross-shard aggregate's lock on a row (Key, and
+	// RowLock its value).
+	EntryRowLock
+	// EntryAggregatePart is the marker of a cross-shard aggregate's part
+	// applied in this shard (Fence, and Part its value).
+	EntryAggregatePart
 	// EntryShardMap is the shard map of a store over several etcd
 	// clusters (ShardMap set).
 	EntryShardMap
+	// EntryOwnerNode is an owner directory key (storeversion.FewerKeys): an
+	// owner lease generation (Owner) may hold placement keys on a node
+	// lifecycle (Node, Lifecycle). Its value is empty.
+	EntryOwnerNode
 )
 
 var entryKindNames = [...]string{"unknown", "row", "owner liveness", "owner generation", "owner index",
-	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version", "shard map"}
+	"capacity", "reservation terminal", "creation terminal", "aggregate", "blob", "capacity epoch", "store version",
+	"capacity escrow", "row lock", "aggregate part", "shard map", "owner directory"}
 
 // String returns the kind's name ("row", "capacity", ...).
 func (k EntryKind) String() string {
@@ -79,7 +94,11 @@ var segments = map[EntryKind]string{
 	EntryBlob:            SegBlobs + "/",
 	EntryCapacityEpoch:   SegCapacityEpochs + "/",
 	EntryStoreVersion:    SegStoreVersion + "/",
+	EntryEscrow:          SegEscrow + "/",
+	EntryRowLock:         SegRowLocks + "/",
+	EntryAggregatePart:   SegAggregateParts + "/",
 	EntryShardMap:        SegShardMap + "/",
+	EntryOwnerNode:       SegOwnerNodes + "/",
 }
 
 // Prefix returns the prefix of every key of kind k under namespace (for
@@ -112,14 +131,14 @@ type Entry struct {
 	Kind EntryKind
 
 	// Key is the authority key of a row, of an owner index entry and of a
-	// row's capacity entry.
+	// row's capacity entry (or placement key).
 	Key authority.Key
-	// Owner is the owner of a liveness key and of an owner index entry; for
-	// an owner generation, the owner with the last lease generation handed
-	// to it.
+	// Owner is the owner of a liveness key, of an owner index entry, of a
+	// placement key and of an owner directory key; for an owner
+	// generation, the owner with the last lease generation handed to it.
 	Owner authority.OwnerToken
 	// Node and Lifecycle are the node lifecycle of a liveness key, of a
-	// capacity entry and of a capacity epoch.
+	// capacity entry, of a capacity epoch and of an owner directory key.
 	Node      authority.NodeDescriptor
 	Lifecycle int64
 	// Fence is the aggregate of an aggregate record and of an aggregate's
@@ -150,6 +169,13 @@ type Entry struct {
 	// lease it is attached to.
 	Announcement *Announcement
 	Lease        int64
+	// BudgetSlice and BudgetLedger are a capacity escrow key's value.
+	BudgetSlice  *BudgetSlice
+	BudgetLedger *BudgetLedger
+	// RowLock is a row lock's value.
+	RowLock *RowLock
+	// Part is a part marker's value.
+	Part *AggregatePart
 	// ShardMap is the shard map (the shard-map key).
 	ShardMap *ShardMap
 	// ShardMove is a resharding's move (its pending or switching key), and
@@ -282,8 +308,20 @@ func DecodeEntry(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
 		err = e.decodeAggregate(rest, kv)
 	case EntryCapacityEpoch:
 		err = e.decodeCapacityEpoch(rest, kv)
+	case EntryOwnerNode:
+		err = e.decodeOwnerNode(rest, kv.Value)
 	case EntryStoreVersion:
 		err = e.decodeStoreVersion(namespace, kv)
+	case EntryEscrow:
+		err = e.decodeEscrow(rest, kv)
+	case EntryRowLock:
+		e.Key = authority.Key(rest)
+		var l RowLock
+		if l, err = DecodeRowLock(kv); err == nil {
+			e.RowLock = &l
+		}
+	case EntryAggregatePart:
+		err = e.decodeAggregatePart(rest, kv)
 	case EntryShardMap:
 		err = e.decodeShardMap(namespace, kv)
 	case EntryBlob:
@@ -370,8 +408,9 @@ func (e *Entry) decodeLiveness(rest string, kv *mvccpb.KeyValue) error {
 	return nil
 }
 
-// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>
-// and capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen>.
+// decodeCapacity decodes capacity/<esc mesh>/<esc rid>/<lifecycle>/row/<authority key>,
+// capacity/<esc mesh>/<esc rid>/<lifecycle>/agg/<esc id>/<gen> and a
+// placement key, capacity/<esc mesh>/<esc rid>/<lifecycle>/o/<esc owner>/<lease gen>/<authority key>.
 func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 	parts := strings.SplitN(rest, "/", 5)
 	if len(parts) != 5 {
@@ -394,6 +433,15 @@ func (e *Entry) decodeCapacity(rest string, kv *mvccpb.KeyValue) error {
 			return err
 		}
 		c.Aggregate = true
+	case capOwned:
+		owned := strings.SplitN(parts[4], "/", 3)
+		if len(owned) != 3 || owned[2] == "" {
+			return errBadKey
+		}
+		if e.Owner, err = parseOwner(owned[0], owned[1]); err != nil {
+			return err
+		}
+		e.Key = authority.Key(owned[2])
 	default:
 		return errBadKey
 	}
@@ -436,5 +484,23 @@ func (e *Entry) decodeAggregate(rest string, kv *mvccpb.KeyValue) error {
 		return err
 	}
 	e.Aggregate = rec
+	return nil
+}
+
+// decodeAggregatePart decodes aggregate-parts/<esc id>/<gen>.
+func (e *Entry) decodeAggregatePart(rest string, kv *mvccpb.KeyValue) error {
+	id, gen, ok := strings.Cut(rest, "/")
+	if !ok {
+		return errBadKey
+	}
+	var err error
+	if e.Fence, err = parseFence(id, gen); err != nil {
+		return err
+	}
+	p, err := DecodeAggregatePart(kv)
+	if err != nil {
+		return err
+	}
+	e.Part = &p
 	return nil
 }

@@ -14,14 +14,21 @@ package schema
 //	capacity entry             2       compactMarker (00 02)  00 03, ...
 //	reservation terminal       1       {                      00 02
 //	creation terminal          1       {                      00 02
+//	creation terminal          2       compactMarker (00 02)  00 03, ...
 //	owner liveness             1       {                      00 02
 //	owner generation           1       a decimal digit        any non-digit
+//	budget slice, ledger       1       {                      00 02
 //	shard map                  1       {                      00 02
 //	relocation blob            1       its expiry (8 bytes)   — no marker: see below
 //	owner index, capacity epoch        empty                  (the key is the value)
+//	owner directory                    empty                  (the key is the value)
 //
 // Format 2 of rows and capacity entries is the compact format (compact.go),
-// written only at storeversion.CompactFormat; format 1 stays readable.
+// written only at storeversion.CompactFormat; format 1 stays readable. The
+// fields storeversion.FewerKeys adds to a compact row (placement_key,
+// committed) are unknown to a build before it, which refuses such a row;
+// format 2 of creation terminals (fewerkeys.go) and the placement and owner
+// directory keys (placement.go) are written from FewerKeys on only.
 //
 // Inside format 1 a field may be added when a value without it still means
 // what it meant before (JSON: omitempty, or a pointer when its zero value is

@@ -78,6 +78,17 @@ func goldenAggregate(state string) *AggregateRecord {
 	return rec
 }
 
+// goldenCrossShard is goldenAggregate(state) as a cross-shard record.
+func goldenCrossShard(state string) *AggregateRecord {
+	rec := goldenAggregate(state)
+	rec.Incarnation = "0123456789abcdef"
+	return rec
+}
+
+func goldenRowLock() RowLock {
+	return RowLock{Fence: authority.Fence{AggregateID: "move-1", AggregateGeneration: 2}, Incarnation: "0123456789abcdef", Attempt: "fedcba9876543210", Base: 17}
+}
+
 func goldenShardMap() ShardMap {
 	return ShardMap{Epoch: 1, Hash: "fnv1a64-jump", Shards: []ShardMapShard{
 		{ClusterID: "cdf818194e3a8c32", Namespace: "/zlink/authority/v1/"},
@@ -98,14 +109,24 @@ func goldenValues() map[string]string {
 		"aggregate-committed": goldenAggregate(AggregateCommitted).Encode(),
 		"owner-generation":    EncodeOwnerGeneration(41),
 		"blob":                EncodeBlob(goldenTime, []byte("relocation \x00 data")),
+		"budget-slice":        goldenSlice().Encode(),
+		"budget-ledger":       goldenLedger().Encode(),
 		"shard-map":           goldenShardMap().Encode(),
 		// the compact format (storeversion.CompactFormat)
 		"row-reserved.v2-compact":   goldenRow(authority.AllocationReserved).EncodeAt(storeversion.CompactFormat),
 		"row-active.v2-compact":     goldenRow(authority.AllocationActive).EncodeAt(storeversion.CompactFormat),
 		"capacity-entry.v2-compact": EncodeCapacityEntryAt(storeversion.CompactFormat, authority.AllocationActive, goldenAllocation(authority.AllocationActive).Capacity),
+		// cross-shard aggregates (storeversion.RowLocks)
+		"aggregate-prepared.v4-cross-shard": goldenCrossShard(AggregatePrepared).Encode(),
+		"row-lock":                          goldenRowLock().Encode(),
+		"aggregate-part":                    AggregatePart{Incarnation: "0123456789abcdef", Tokens: map[authority.Key]int64{"actor/a1": 0}}.Encode(),
+		// storeversion.FewerKeys: a row with its placement flag and the
+		// reservation that committed it, and the compact creation terminal
+		"row-active-committed.v5-fewer-keys": goldenCommittedRow().EncodeAt(storeversion.FewerKeys),
+		"creation-terminal.v5-fewer-keys":    EncodeTerminalAt(storeversion.FewerKeys, goldenCompactTerminal()),
 		// a row a resharding copied (storeversion.RowMoves)
-		"row-active.v4-moved":         goldenMovedRow().Encode(),
-		"row-active.v4-moved-compact": goldenMovedRow().EncodeAt(storeversion.RowMoves),
+		"row-active.v6-moved":         goldenMovedRow().Encode(),
+		"row-active.v6-moved-compact": goldenMovedRow().EncodeAt(storeversion.RowMoves),
 	}
 }
 
@@ -136,9 +157,27 @@ func TestStoredFormatGolden(t *testing.T) {
 	term, err := DecodeTerminal(kv(v["creation-terminal"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenTerminal(), term)
+	committed, err := DecodeRow("user_spot/room-1", kv(v["row-active-committed.v5-fewer-keys"]))
+	require.NoError(t, err)
+	require.True(t, committed.PlacementKey)
+	require.Equal(t, goldenCommittedRow().Committed.ID, committed.Committed.ID)
+	require.True(t, goldenCommittedRow().Committed.Until.Equal(committed.Committed.Until))
+	compact, err := DecodeTerminal(&mvccpb.KeyValue{Key: []byte(NewLayout("/ns/").Terminal(goldenTerminal().Operation)),
+		Value: []byte(v["creation-terminal.v5-fewer-keys"])})
+	require.NoError(t, err)
+	require.Equal(t, goldenCompactTerminal(), compact)
 	agg, err := DecodeAggregate(kv(v["aggregate-committed"]))
 	require.NoError(t, err)
 	require.Equal(t, goldenAggregate(AggregateCommitted), agg)
+	cross, err := DecodeAggregate(kv(v["aggregate-prepared.v4-cross-shard"]))
+	require.NoError(t, err)
+	require.Equal(t, goldenCrossShard(AggregatePrepared), cross)
+	lock, err := DecodeRowLock(kv(v["row-lock"]))
+	require.NoError(t, err)
+	require.Equal(t, goldenRowLock(), lock)
+	part, err := DecodeAggregatePart(kv(v["aggregate-part"]))
+	require.NoError(t, err)
+	require.Equal(t, map[authority.Key]int64{"actor/a1": 12}, part.Tokens, "token 0 reads as the marker's ModRevision")
 	expires, data, err := DecodeBlob(kv(v["blob"]))
 	require.NoError(t, err)
 	require.True(t, expires.Equal(goldenTime))

@@ -41,8 +41,16 @@ func TestLaterFormatIsRefused(t *testing.T) {
 		{"capacity", l.CapacityRow(row.Alloc, row.Key), goldenValues()["capacity-entry"], next("\x00\x03", goldenValues()["capacity-entry"])},
 		{"reservation", l.Reservation("r-1"), goldenValues()["reservation"], ""},
 		{"creation terminal", l.Terminal(goldenTerminal().Operation), goldenValues()["creation-terminal"], ""},
+		{"creation terminal compact", l.Terminal(goldenTerminal().Operation), goldenValues()["creation-terminal.v5-fewer-keys"],
+			next("\x00\x03", goldenValues()["creation-terminal.v5-fewer-keys"][len(compactMarker):])},
+		{"row fewer keys", l.Row(row.Key), goldenValues()["row-active-committed.v5-fewer-keys"],
+			next("\x03", goldenValues()["row-active-committed.v5-fewer-keys"][1:])},
+		{"placement key", l.Placement(row.Alloc, owner, row.Key), goldenValues()["capacity-entry.v2-compact"],
+			next("\x00\x03", goldenValues()["capacity-entry.v2-compact"][len(compactMarker):])},
 		{"liveness", l.Liveness(node, 3, owner), goldenValues()["liveness"], ""},
 		{"owner generation", l.OwnerGen(owner.OwnerID), goldenValues()["owner-generation"], ""},
+		{"budget slice", l.BudgetSlice(node, 3), goldenValues()["budget-slice"], ""},
+		{"budget ledger", l.BudgetLedger(node, 3), goldenValues()["budget-ledger"], ""},
 		{"shard map", l.ShardMap(), goldenValues()["shard-map"], ""},
 	}
 	for _, tc := range cases {

@@ -70,6 +70,13 @@ func FuzzDecodeRow(f *testing.F) {
 	f.Add([]byte(r.EncodeAt(storeversion.CompactFormat)), int64(7), int64(5))
 	f.Add([]byte(moved.EncodeAt(storeversion.CompactFormat)), int64(9), int64(5))
 	f.Add([]byte(active.EncodeAt(storeversion.CompactFormat)), int64(1), int64(1))
+	// the fields of storeversion.FewerKeys
+	placed := active
+	placed.PlacementKey = true
+	placed.Committed = &CommittedReservation{ID: "5f2b7c1e-8d3a-4b6f-9e0c-1a2b3c4d5e6f", Until: time.Unix(1893456000, 7).UTC()}
+	f.Add([]byte(placed.EncodeAt(storeversion.FewerKeys)), int64(3), int64(1))
+	placed.Committed = &CommittedReservation{ID: "r-1", Until: time.Unix(-5, 0).UTC()}
+	f.Add([]byte(placed.EncodeAt(storeversion.FewerKeys)), int64(3), int64(1))
 	copied := *r
 	copied.ObjectGen = 3
 	f.Add([]byte(copied.Encode()), int64(40), int64(31))
@@ -116,7 +123,7 @@ func FuzzRowRoundTrip(f *testing.F) {
 		for _, s := range []string{ownerID, mesh, rid, stable, kind, reservation, ref} {
 			validText = validText && utf8.ValidString(s)
 		}
-		for _, ver := range []storeversion.Version{storeversion.Base, storeversion.CompactFormat} {
+		for _, ver := range []storeversion.Version{storeversion.Base, storeversion.CompactFormat, storeversion.FewerKeys} {
 			if ver == storeversion.Base && !validText {
 				continue // invalid UTF-8 text does not survive the JSON row metadata of format 1
 			}
@@ -148,6 +155,12 @@ func roundTripRow(t *testing.T, ver storeversion.Version, ownerID string, lease 
 		}
 		if reserved {
 			r.Alloc.State = authority.AllocationReserved
+		}
+		if ver >= storeversion.FewerKeys { // placed by its placement key; an active row names its commit
+			r.PlacementKey = reserved != pending
+			if !reserved {
+				r.Committed = &CommittedReservation{ID: reservation, Until: time.Unix(lease, 1).UTC()}
+			}
 		}
 		if pending {
 			r.Pending = &authority.PendingCreation{ReservationID: reservation, RequestContentReference: ref, RequestSHA256: sha, RequestEncodedSize: int64(len(sha))}
@@ -199,6 +212,16 @@ func FuzzDecodeRecords(f *testing.F) {
 		Participants: []authority.AggregateParticipant{{AuthorityKey: "actor/a1", ExpectedStoreVersion: "7", OwnerTransition: authority.TransitionNewOwner, AuthorityPayload: []byte("p")}},
 	}}
 	f.Add([]byte(agg.Encode()))
+	cross := *agg
+	cross.Incarnation = "0123456789abcdef0123456789abcdef"
+	f.Add([]byte(cross.Encode()))
+	f.Add([]byte(RowLock{Fence: authority.Fence{AggregateID: "agg-1", AggregateGeneration: 1}, Incarnation: "0a", Attempt: "0b", Base: 3}.Encode()))
+	f.Add([]byte(AggregatePart{Incarnation: "0a", Tokens: map[authority.Key]int64{"actor/a1": 0, "actor/b1": 9}}.Encode()))
+	f.Add([]byte(EncodeTerminalAt(storeversion.FewerKeys, &authority.TerminalRecord{
+		State: authority.TerminalRejected, ReservationID: "5f2b7c1e-8d3a-4b6f-9e0c-1a2b3c4d5e6f", ObjectKind: authority.ObjectActor,
+		TerminalEnvelope: []byte("env"), ExpiresAt: expires, StoreNow: expires,
+	})))
+	f.Add([]byte("\x00\x02\x08\x01"))
 	f.Add([]byte(`{"e":"2030-01-02T03:04:05+01:00","now":"0001-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"e":"not a time"}`))
 	f.Add([]byte{0x0f, 0xff, 0x81, 0x03, 0x01, 0x01})
@@ -220,14 +243,36 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		}
 
-		if r, err := DecodeTerminal(kv(value)); err != nil {
+		// a creation terminal's key names its operation (the compact
+		// format reads it from there); re-encoded in the format it was read
+		// in
+		term := func(v []byte) *mvccpb.KeyValue {
+			return &mvccpb.KeyValue{Key: []byte("/ns/terminals/src/1/00000000000000010000000000000002"), Value: v}
+		}
+		if r, err := DecodeTerminal(term(value)); err != nil {
 			requireCorrupt(t, "decodeTerminal", err)
 		} else {
-			enc := EncodeTerminal(r)
-			again, err := DecodeTerminal(kv([]byte(enc)))
-			if err != nil || EncodeTerminal(again) != enc {
+			ver := storeversion.Base
+			if len(value) > 0 && value[0] == 0 {
+				ver = storeversion.FewerKeys
+			}
+			enc := EncodeTerminalAt(ver, r)
+			again, err := DecodeTerminal(term([]byte(enc)))
+			if err != nil || EncodeTerminalAt(ver, again) != enc {
 				t.Fatalf("terminal %q re-encodes to %q, then %v", value, enc, err)
 			}
+		}
+
+		if l, err := DecodeRowLock(kv(value)); err != nil {
+			requireCorrupt(t, "decodeRowLock", err)
+		} else if again, err := DecodeRowLock(kv([]byte(l.Encode()))); err != nil || again != l {
+			t.Fatalf("row lock %q re-decodes to %+v, %v", value, again, err)
+		}
+
+		if p, err := DecodeAggregatePart(kv(value)); err != nil {
+			requireCorrupt(t, "decodeAggregatePart", err)
+		} else if again, err := DecodeAggregatePart(kv([]byte(p.Encode()))); err != nil || again.Encode() != p.Encode() {
+			t.Fatalf("part marker %q re-encodes to %q, then %v", value, p.Encode(), err)
 		}
 
 		if len(value) > 1<<16 {
@@ -276,6 +321,11 @@ func storableRow(r *Row) error {
 	}
 	if p := r.Pending; p != nil {
 		if err := authority.RequireText(p.ReservationID, "reservation"); err != nil {
+			return err
+		}
+	}
+	if c := r.Committed; c != nil {
+		if err := authority.RequireText(c.ID, "committed reservation"); err != nil {
 			return err
 		}
 	}

@@ -116,7 +116,8 @@ func (l Layout) CapacityAggregate(a authority.PlacementAllocation, f authority.F
 // read, listed and overwritten by it. New refuses such namespaces.
 var layoutSegments = []string{
 	SegRows, SegOwners, SegOwnerGens, SegOwnerRows, SegCapacity, SegCapacityEpochs,
-	SegReservations, SegTerminals, SegAggregates, SegBlobs, SegStoreVersion, SegShardMap,
+	SegReservations, SegTerminals, SegAggregates, SegBlobs, SegStoreVersion, SegEscrow,
+	SegRowLocks, SegAggregateParts, SegShardMap, SegOwnerNodes,
 }
 
 // ValidateNamespace checks that ns ends in "/", holds no NUL and has no path

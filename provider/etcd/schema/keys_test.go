@@ -22,7 +22,7 @@ func TestLayoutSegmentsCoverEveryKey(t *testing.T) {
 		l.Terminal(authority.CreationOperation{SourceNodeRID: "s", SourceNodeGeneration: 1}),
 		l.LivenessPrefix(owner), l.Liveness(node, 1, owner), l.OwnerRowsPrefix(owner), l.OwnerRow(owner, "actor/x"),
 		l.Aggregate(fence), l.CapacityNode(node, 1), l.CapacityEpoch(node, 1), l.CapacityRow(alloc, "actor/x"),
-		l.CapacityAggregate(alloc, fence),
+		l.CapacityAggregate(alloc, fence), l.BudgetSlice(node, 1), l.BudgetLedger(node, 1),
 	}
 	for _, k := range keys {
 		first, _, _ := strings.Cut(strings.TrimPrefix(k, l.ns), "/")

@@ -33,6 +33,15 @@ type Row struct {
 	Alloc        authority.PlacementAllocation // the placement and the capacity it holds
 	Pending      *authority.PendingCreation    // a reserved row's creation receipt, else nil
 	Payload      []byte                        // the raw payload
+	// PlacementKey (storeversion.FewerKeys) says where the row's capacity
+	// is held: in its one placement key (Layout.Placement), which also
+	// indexes it by owner; when false, in a capacity entry
+	// (Layout.CapacityRow) next to an owner index entry (Layout.OwnerRow).
+	PlacementKey bool
+	// Committed (storeversion.FewerKeys) is the reservation whose commit
+	// made this active row, kept until a retry of that commit stops being
+	// answered alreadyCommitted; nil for every other row.
+	Committed *CommittedReservation
 	// Pretend holds the fields of storeversion.NextPretend, which exist
 	// only in test builds (tag authority_next); empty otherwise.
 	Pretend PretendNext
@@ -71,12 +80,18 @@ type rowWire struct {
 	// in every row no resharding copied.
 	ObjectGen    int64 `json:"cg,omitempty"`
 	MovedVersion int64 `json:"mv,omitempty"`
+	// the fields of storeversion.FewerKeys exist in the compact format
+	// only: format 1 never holds them
+	PlacementKey bool                  `json:"-"`
+	Committed    *CommittedReservation `json:"-"`
 	pretendWire
 }
 
-// Encode returns the stored value of r. An OwnerGen or Token of 0 is stored
-// as the "own ModRevision" sentinel: the write that changes the owner (or the
-// owner lease) sets it, and it reads back as that write's revision.
+// Encode returns the stored value of r in format 1. An OwnerGen or Token of
+// 0 is stored as the "own ModRevision" sentinel: the write that changes the
+// owner (or the owner lease) sets it, and it reads back as that write's
+// revision. Format 1 has no field of storeversion.FewerKeys: a writer goes
+// through EncodeAt, which keeps them.
 func (r *Row) Encode() string {
 	token := r.Token
 	w := rowWire{
@@ -128,8 +143,10 @@ func DecodeRow(key authority.Key, kv *mvccpb.KeyValue) (*Row, error) {
 			Descriptor:                    authority.NodeDescriptor{MeshName: w.Mesh, RID: w.RID},
 			DescriptorLifecycleGeneration: w.Lifecycle, Capacity: w.Capacity.vector(),
 		},
-		Payload: bytes.Clone(v[1+sz+int(n):]),
-		Pretend: w.pretendWire.row(),
+		Payload:      bytes.Clone(v[1+sz+int(n):]),
+		PlacementKey: w.PlacementKey,
+		Committed:    w.Committed,
+		Pretend:      w.pretendWire.row(),
 	}
 	if r.OwnerGen == 0 {
 		if kv.ModRevision <= 0 { // no revision to stand for: not a key etcd returned

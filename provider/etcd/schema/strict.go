@@ -106,6 +106,9 @@ func (w *rowWire) check() error {
 			return errors.New("negative request size")
 		}
 	}
+	if w.Committed != nil && w.State != string(authority.AllocationActive) {
+		return errors.New("a reserved row names the reservation that committed it")
+	}
 	return w.Capacity.check()
 }
 
@@ -168,6 +171,9 @@ func (w *aggregateWire) check() error {
 	}
 	if w.Generation < 1 || w.Lease < 0 || w.Lifecycle < 0 || len(w.Parts) == 0 {
 		return errors.New("aggregate generation, lease, lifecycle or participants out of range")
+	}
+	if w.Inc != "" && !idText(w.Inc) {
+		return errors.New("aggregate incarnation out of range")
 	}
 	for _, p := range w.Parts {
 		if err := storedText(p.Key, "participant key"); err != nil {

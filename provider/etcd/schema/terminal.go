@@ -76,18 +76,13 @@ func EncodeTerminal(t *authority.TerminalRecord) string {
 	return string(b)
 }
 
-// DecodeTerminal decodes a creation terminal strictly.
+// DecodeTerminal decodes a creation terminal strictly, of either format
+// (format 1, JSON, or the compact one of storeversion.FewerKeys, whose
+// operation is read from kv's key).
 func DecodeTerminal(kv *mvccpb.KeyValue) (*authority.TerminalRecord, error) {
-	var w terminalWire
-	if err := decodeStrict(kv.Value, &w); err != nil {
+	t, err := decodeTerminalAny(kv)
+	if err != nil {
 		return nil, corrupt(string(kv.Key), err)
 	}
-	if err := w.check(); err != nil {
-		return nil, corrupt(string(kv.Key), err)
-	}
-	return &authority.TerminalRecord{
-		State: authority.TerminalState(w.State), Operation: w.Operation.operation(), ReservationID: w.Reservation,
-		ObjectKind: authority.ObjectKind(w.Kind), TerminalEnvelope: w.Envelope, TerminalEnvelopeSHA256: w.EnvelopeSHA,
-		ExpiresAt: w.ExpiresAt, StoreNow: w.StoreNow,
-	}, nil
+	return t, nil
 }

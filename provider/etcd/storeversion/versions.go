@@ -57,20 +57,49 @@ const (
 	// and every Txn that writes it compares the active version (fence).
 	CompactFormat Version = 3
 
+	// RowLocks (a fence rule and new stored kinds): every write of an
+	// existing row also compares that the row has no row lock (the key
+	// schema.Layout.RowLock, absent), which a cross-shard aggregate's
+	// commit holds on its participants between its lock and its apply
+	// (package provider/sharded/twophase; docs/scale.md, "Aggregates
+	// across shards"). A build before it writes rows without that compare,
+	// so row locks, cross-shard aggregate records (field "i") and part
+	// markers are written only once the namespace is finalized here, and
+	// every Txn that writes a row lock compares the active version.
+	RowLocks Version = 4
+
+	// FewerKeys (a stored format): fewer keys per row (docs/design-etcd.md,
+	// "Fewer keys per row"). A row's capacity entry is its one placement
+	// key, under its node lifecycle's capacity range and named by its owner
+	// (capacity/<node>/<lifecycle>/o/<owner>/<generation>/<key>), which
+	// also serves as the owner index, with a directory key per owner lease
+	// generation and node lifecycle (owner-nodes/); a commit writes no
+	// reservation terminal (the active row keeps the reservation that
+	// committed it until the retention ends, and a delete within it writes
+	// the terminal then); a creation completion writes none either, and its
+	// creation terminal is compact (protobuf, the envelope without its
+	// digest, the operation read from the key). Every build from this one
+	// reads both layouts; a build before it refuses a row, placement key or
+	// terminal of this version as ErrCorrupt, so they are written only once
+	// the namespace is finalized here, fenced on the active version as
+	// compact writes are.
+	FewerKeys Version = 5
+
 	// RowMoves (a stored format): a row that a resharding copied into
 	// another shard (package provider/sharded/reshard) keeps its object
-	// generation in the row's value (format 1: "cg", compact: object_gen),
-	// since its key's CreateRevision in the new cluster is another number.
+	// generation and its StoreVersion in the row's value (format 1: "cg"
+	// and "mv", compact: object_gen and moved_version), since its key's
+	// CreateRevision and ModRevision in the new cluster are other numbers.
 	// A build before it refuses such a row as ErrCorrupt, so a resharding
 	// copies rows only into a namespace at this version or later (a new
 	// cluster's namespace starts at Latest).
-	RowMoves Version = 4
+	RowMoves Version = 6
 
 	// NextPretend is a change that exists only in test builds (build tag
 	// authority_next): a row field (schema's rowNext, "nx") and a fence
 	// rule (a row write also compares the namespace's active version). It
 	// proves the mechanism with a version the released build cannot read.
-	NextPretend Version = 5
+	NextPretend Version = 7
 )
 
 // MinSupported is the oldest active version this build works at.
@@ -89,6 +118,8 @@ var names = []struct {
 	{Base, "Base"},
 	{TokenFollowsOwner, "TokenFollowsOwner"},
 	{CompactFormat, "CompactFormat"},
+	{RowLocks, "RowLocks"},
+	{FewerKeys, "FewerKeys"},
 	{RowMoves, "RowMoves"},
 	{NextPretend, "NextPretend"},
 }

@@ -45,24 +45,27 @@ type Txn struct {
 	Alone bool
 
 	seen map[string]bool // keys written by Then (etcd refuses duplicates)
+	// cmpIndex holds the identity of every compare in Cmps once hasCmp
+	// needed it (kept by Cmp and Merge; a compare appended to Cmps
+	// directly is missing from it, which at worst sends it twice)
+	cmpIndex map[string]bool
 }
 
 // Cmp adds the compare c.
 func (t *Txn) Cmp(c clientv3.Cmp) {
 	t.Cmps = append(t.Cmps, c)
-	t.Bytes += len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead
+	t.Bytes += cmpBytes(c)
+	if t.cmpIndex != nil {
+		t.cmpIndex[cmpID(&c)] = true
+	}
 }
 
 // CmpOnce adds c unless the Txn holds the same compare already (a fence
 // several of its writes ask for).
 func (t *Txn) CmpOnce(c clientv3.Cmp) {
-	id := cmpID(&c)
-	for i := range t.Cmps {
-		if cmpID(&t.Cmps[i]) == id {
-			return
-		}
+	if !t.hasCmp(&c) {
+		t.Cmp(c)
 	}
-	t.Cmp(c)
 }
 
 // Put adds a put of value at key. A key written twice in one Txn is a bug
@@ -124,7 +127,7 @@ func (t *Txn) OrGet(key string, opts ...clientv3.OpOption) {
 // Clone returns a copy of t that can be extended without changing t.
 func (t *Txn) Clone() *Txn {
 	c := &Txn{Cmps: slices.Clone(t.Cmps), Then: slices.Clone(t.Then), Els: slices.Clone(t.Els), Bytes: t.Bytes,
-		Touches: slices.Clone(t.Touches), Alone: t.Alone}
+		Touches: slices.Clone(t.Touches), Alone: t.Alone, cmpIndex: maps.Clone(t.cmpIndex)}
 	if t.seen != nil {
 		c.seen = maps.Clone(t.seen)
 	}
@@ -135,6 +138,11 @@ func (t *Txn) Clone() *Txn {
 // both write panics as in Put).
 func (t *Txn) Merge(one *Txn) {
 	t.Cmps = append(t.Cmps, one.Cmps...)
+	if t.cmpIndex != nil {
+		for i := range one.Cmps {
+			t.cmpIndex[cmpID(&one.Cmps[i])] = true
+		}
+	}
 	for _, op := range one.Then {
 		t.mark(string(op.KeyBytes()))
 	}
@@ -145,6 +153,66 @@ func (t *Txn) Merge(one *Txn) {
 		t.Bytes -= len(k) + OpOverhead // counted in one.Bytes
 	}
 	t.Alone = t.Alone || one.Alone
+}
+
+// MergeOnce appends one's conditions, writes and Else reads to t, as
+// Merge does, keeping one copy of a compare t holds already (CmpOnce: a
+// fence several writes ask for).
+func (t *Txn) MergeOnce(one *Txn) {
+	c := *one
+	c.Cmps, c.cmpIndex = nil, nil
+	for i := range one.Cmps {
+		if t.hasCmp(&one.Cmps[i]) {
+			c.Bytes -= cmpBytes(one.Cmps[i])
+			continue
+		}
+		c.Cmps = append(c.Cmps, one.Cmps[i])
+	}
+	t.Merge(&c)
+	t.Els = append(t.Els, one.Els...)
+}
+
+// Fits reports whether t with one merged in (MergeOnce) fits l.
+func (l Limits) Fits(t, one *Txn) bool {
+	cmps, bytes := len(t.Cmps), t.Bytes+one.Bytes
+	for i := range one.Cmps {
+		if t.hasCmp(&one.Cmps[i]) {
+			bytes -= cmpBytes(one.Cmps[i])
+			continue
+		}
+		cmps++
+	}
+	touches := len(t.Touches)
+	for _, k := range one.Touches {
+		if !slices.Contains(t.Touches, k) {
+			touches++
+		}
+	}
+	ops := max(cmps, len(t.Then)+len(one.Then)+touches, len(t.Els)+len(one.Els))
+	return ops <= l.MaxOps && bytes <= l.MaxBytes
+}
+
+func (t *Txn) hasCmp(c *clientv3.Cmp) bool {
+	if t.cmpIndex == nil && len(t.Cmps) < 16 { // a Txn of one operation: no index
+		id := cmpID(c)
+		for i := range t.Cmps {
+			if cmpID(&t.Cmps[i]) == id {
+				return true
+			}
+		}
+		return false
+	}
+	if t.cmpIndex == nil {
+		t.cmpIndex = make(map[string]bool, len(t.Cmps))
+		for i := range t.Cmps {
+			t.cmpIndex[cmpID(&t.Cmps[i])] = true
+		}
+	}
+	return t.cmpIndex[cmpID(c)]
+}
+
+func cmpBytes(c clientv3.Cmp) int {
+	return len(c.KeyBytes()) + len(c.GetCompare().RangeEnd) + OpOverhead
 }
 
 // Ops is the number etcd compares against --max-txn-ops.

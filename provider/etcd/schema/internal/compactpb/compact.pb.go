@@ -1,5 +1,6 @@
 // The compact stored format (storeversion.CompactFormat) of the etcd
-// provider's row metadata and capacity entries. Only package schema reads or
+// provider's row metadata and capacity entries, and the fields and creation
+// terminals of storeversion.FewerKeys. Only package schema reads or
 // writes these messages (schema/compact.go frames them with a format marker
 // and checks every field strictly). Text is `bytes`, not `string`: proto3
 // refuses to marshal a string that is not valid UTF-8, and schema checks the
@@ -133,6 +134,59 @@ func (x Kind) Number() protoreflect.EnumNumber {
 // Deprecated: Use Kind.Descriptor instead.
 func (Kind) EnumDescriptor() ([]byte, []int) {
 	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{1}
+}
+
+// TerminalState is a creation terminal's outcome.
+type TerminalState int32
+
+const (
+	TerminalState_TERMINAL_STATE_UNSPECIFIED TerminalState = 0 // refused
+	TerminalState_CREATED                    TerminalState = 1
+	TerminalState_REJECTED                   TerminalState = 2
+	TerminalState_FAILED                     TerminalState = 3
+)
+
+// Enum value maps for TerminalState.
+var (
+	TerminalState_name = map[int32]string{
+		0: "TERMINAL_STATE_UNSPECIFIED",
+		1: "CREATED",
+		2: "REJECTED",
+		3: "FAILED",
+	}
+	TerminalState_value = map[string]int32{
+		"TERMINAL_STATE_UNSPECIFIED": 0,
+		"CREATED":                    1,
+		"REJECTED":                   2,
+		"FAILED":                     3,
+	}
+)
+
+func (x TerminalState) Enum() *TerminalState {
+	p := new(TerminalState)
+	*p = x
+	return p
+}
+
+func (x TerminalState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TerminalState) Descriptor() protoreflect.EnumDescriptor {
+	return file_internal_compactpb_compact_proto_enumTypes[2].Descriptor()
+}
+
+func (TerminalState) Type() protoreflect.EnumType {
+	return &file_internal_compactpb_compact_proto_enumTypes[2]
+}
+
+func (x TerminalState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TerminalState.Descriptor instead.
+func (TerminalState) EnumDescriptor() ([]byte, []int) {
+	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{2}
 }
 
 // SpotType is a capacity vector's Spot type count.
@@ -326,6 +380,78 @@ func (x *Pending) GetSize() int64 {
 	return 0
 }
 
+// Committed names the reservation whose commit made an active row, until
+// the row stops answering a retry of that commit with alreadyCommitted
+// (storeversion.FewerKeys: the commit writes no reservation terminal). The
+// reservation is a canonical UUID's 16 bytes, or else its text.
+type Committed struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ReservationUuid []byte                 `protobuf:"bytes,1,opt,name=reservation_uuid,json=reservationUuid,proto3" json:"reservation_uuid,omitempty"`
+	ReservationId   []byte                 `protobuf:"bytes,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	UntilSeconds    int64                  `protobuf:"varint,3,opt,name=until_seconds,json=untilSeconds,proto3" json:"until_seconds,omitempty"` // Unix time: seconds
+	UntilNanos      int32                  `protobuf:"varint,4,opt,name=until_nanos,json=untilNanos,proto3" json:"until_nanos,omitempty"`       // and nanoseconds
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Committed) Reset() {
+	*x = Committed{}
+	mi := &file_internal_compactpb_compact_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Committed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Committed) ProtoMessage() {}
+
+func (x *Committed) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_compactpb_compact_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Committed.ProtoReflect.Descriptor instead.
+func (*Committed) Descriptor() ([]byte, []int) {
+	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Committed) GetReservationUuid() []byte {
+	if x != nil {
+		return x.ReservationUuid
+	}
+	return nil
+}
+
+func (x *Committed) GetReservationId() []byte {
+	if x != nil {
+		return x.ReservationId
+	}
+	return nil
+}
+
+func (x *Committed) GetUntilSeconds() int64 {
+	if x != nil {
+		return x.UntilSeconds
+	}
+	return 0
+}
+
+func (x *Committed) GetUntilNanos() int32 {
+	if x != nil {
+		return x.UntilNanos
+	}
+	return 0
+}
+
 // Row is a row's metadata: the value is the marker byte 02, the uvarint
 // length of this message, this message and the raw payload.
 type Row struct {
@@ -342,14 +468,21 @@ type Row struct {
 	Lifecycle  int64                  `protobuf:"varint,10,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
 	Capacity   *Capacity              `protobuf:"bytes,11,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Pending    *Pending               `protobuf:"bytes,12,opt,name=pending,proto3" json:"pending,omitempty"`
+	// placement_key (storeversion.FewerKeys): the row's capacity entry is its
+	// placement key, capacity/<node>/<lifecycle>/o/<owner>/<generation>/<key>,
+	// which is also its owner index; absent, it is
+	// capacity/<node>/<lifecycle>/row/<key> with an owner index entry
+	// owner-rows/<owner>/<generation>/<key>.
+	PlacementKey bool       `protobuf:"varint,13,opt,name=placement_key,json=placementKey,proto3" json:"placement_key,omitempty"`
+	Committed    *Committed `protobuf:"bytes,14,opt,name=committed,proto3" json:"committed,omitempty"` // storeversion.FewerKeys
 	// object_gen is the object generation of a row a resharding copied from
 	// another shard (storeversion.RowMoves): 0 means the key's
 	// CreateRevision.
-	ObjectGen int64 `protobuf:"varint,13,opt,name=object_gen,json=objectGen,proto3" json:"object_gen,omitempty"`
+	ObjectGen int64 `protobuf:"varint,16,opt,name=object_gen,json=objectGen,proto3" json:"object_gen,omitempty"`
 	// moved_version is the StoreVersion a row a resharding copied had in the
 	// shard it left, which it keeps until its next write (RowMoves); 0: the
 	// value's own ModRevision.
-	MovedVersion int64 `protobuf:"varint,14,opt,name=moved_version,json=movedVersion,proto3" json:"moved_version,omitempty"`
+	MovedVersion int64 `protobuf:"varint,17,opt,name=moved_version,json=movedVersion,proto3" json:"moved_version,omitempty"`
 	// next_writes is storeversion.NextPretend's field, which exists only in
 	// test builds (tag authority_next): a released build refuses a row with
 	// it set.
@@ -360,7 +493,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_internal_compactpb_compact_proto_msgTypes[3]
+	mi := &file_internal_compactpb_compact_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +505,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_compactpb_compact_proto_msgTypes[3]
+	mi := &file_internal_compactpb_compact_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +518,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{3}
+	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Row) GetOwnerGen() int64 {
@@ -472,6 +605,20 @@ func (x *Row) GetPending() *Pending {
 	return nil
 }
 
+func (x *Row) GetPlacementKey() bool {
+	if x != nil {
+		return x.PlacementKey
+	}
+	return false
+}
+
+func (x *Row) GetCommitted() *Committed {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
 func (x *Row) GetObjectGen() int64 {
 	if x != nil {
 		return x.ObjectGen
@@ -507,7 +654,7 @@ type CapacityEntry struct {
 
 func (x *CapacityEntry) Reset() {
 	*x = CapacityEntry{}
-	mi := &file_internal_compactpb_compact_proto_msgTypes[4]
+	mi := &file_internal_compactpb_compact_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +666,7 @@ func (x *CapacityEntry) String() string {
 func (*CapacityEntry) ProtoMessage() {}
 
 func (x *CapacityEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_compactpb_compact_proto_msgTypes[4]
+	mi := &file_internal_compactpb_compact_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +679,7 @@ func (x *CapacityEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityEntry.ProtoReflect.Descriptor instead.
 func (*CapacityEntry) Descriptor() ([]byte, []int) {
-	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{4}
+	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CapacityEntry) GetState() State {
@@ -563,6 +710,119 @@ func (x *CapacityEntry) GetSpotType() *SpotType {
 	return nil
 }
 
+// CreationTerminal is a creation terminal (storeversion.FewerKeys): the value
+// is the bytes 00 02 and this message. The operation is the one its key
+// names, and the envelope's SHA-256 is computed from the envelope (a
+// completion's digest must match its envelope, so storing it would repeat
+// it). The reservation is a canonical UUID's 16 bytes, or else its text.
+type CreationTerminal struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	State           TerminalState          `protobuf:"varint,1,opt,name=state,proto3,enum=authority.etcd.compact.TerminalState" json:"state,omitempty"`
+	ReservationUuid []byte                 `protobuf:"bytes,2,opt,name=reservation_uuid,json=reservationUuid,proto3" json:"reservation_uuid,omitempty"`
+	ReservationId   []byte                 `protobuf:"bytes,3,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Kind            Kind                   `protobuf:"varint,4,opt,name=kind,proto3,enum=authority.etcd.compact.Kind" json:"kind,omitempty"`
+	Envelope        []byte                 `protobuf:"bytes,5,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	ExpiresSeconds  int64                  `protobuf:"varint,6,opt,name=expires_seconds,json=expiresSeconds,proto3" json:"expires_seconds,omitempty"` // Unix time: seconds
+	ExpiresNanos    int32                  `protobuf:"varint,7,opt,name=expires_nanos,json=expiresNanos,proto3" json:"expires_nanos,omitempty"`       // and nanoseconds
+	NowSeconds      int64                  `protobuf:"varint,8,opt,name=now_seconds,json=nowSeconds,proto3" json:"now_seconds,omitempty"`             // the store's clock at the completion
+	NowNanos        int32                  `protobuf:"varint,9,opt,name=now_nanos,json=nowNanos,proto3" json:"now_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CreationTerminal) Reset() {
+	*x = CreationTerminal{}
+	mi := &file_internal_compactpb_compact_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreationTerminal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreationTerminal) ProtoMessage() {}
+
+func (x *CreationTerminal) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_compactpb_compact_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreationTerminal.ProtoReflect.Descriptor instead.
+func (*CreationTerminal) Descriptor() ([]byte, []int) {
+	return file_internal_compactpb_compact_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CreationTerminal) GetState() TerminalState {
+	if x != nil {
+		return x.State
+	}
+	return TerminalState_TERMINAL_STATE_UNSPECIFIED
+}
+
+func (x *CreationTerminal) GetReservationUuid() []byte {
+	if x != nil {
+		return x.ReservationUuid
+	}
+	return nil
+}
+
+func (x *CreationTerminal) GetReservationId() []byte {
+	if x != nil {
+		return x.ReservationId
+	}
+	return nil
+}
+
+func (x *CreationTerminal) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_UNSPECIFIED
+}
+
+func (x *CreationTerminal) GetEnvelope() []byte {
+	if x != nil {
+		return x.Envelope
+	}
+	return nil
+}
+
+func (x *CreationTerminal) GetExpiresSeconds() int64 {
+	if x != nil {
+		return x.ExpiresSeconds
+	}
+	return 0
+}
+
+func (x *CreationTerminal) GetExpiresNanos() int32 {
+	if x != nil {
+		return x.ExpiresNanos
+	}
+	return 0
+}
+
+func (x *CreationTerminal) GetNowSeconds() int64 {
+	if x != nil {
+		return x.NowSeconds
+	}
+	return 0
+}
+
+func (x *CreationTerminal) GetNowNanos() int32 {
+	if x != nil {
+		return x.NowNanos
+	}
+	return 0
+}
+
 var File_internal_compactpb_compact_proto protoreflect.FileDescriptor
 
 const file_internal_compactpb_compact_proto_rawDesc = "" +
@@ -581,7 +841,13 @@ const file_internal_compactpb_compact_proto_rawDesc = "" +
 	"\x0ereservation_id\x18\x01 \x01(\fR\rreservationId\x12\x1c\n" +
 	"\treference\x18\x02 \x01(\fR\treference\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04size\"\x93\x04\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"\xa3\x01\n" +
+	"\tCommitted\x12)\n" +
+	"\x10reservation_uuid\x18\x01 \x01(\fR\x0freservationUuid\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\fR\rreservationId\x12#\n" +
+	"\runtil_seconds\x18\x03 \x01(\x03R\funtilSeconds\x12\x1f\n" +
+	"\vuntil_nanos\x18\x04 \x01(\x05R\n" +
+	"untilNanos\"\xf9\x04\n" +
 	"\x03Row\x12\x1b\n" +
 	"\towner_gen\x18\x01 \x01(\x03R\bownerGen\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x19\n" +
@@ -596,17 +862,30 @@ const file_internal_compactpb_compact_proto_rawDesc = "" +
 	"\tlifecycle\x18\n" +
 	" \x01(\x03R\tlifecycle\x12<\n" +
 	"\bcapacity\x18\v \x01(\v2 .authority.etcd.compact.CapacityR\bcapacity\x129\n" +
-	"\apending\x18\f \x01(\v2\x1f.authority.etcd.compact.PendingR\apending\x12\x1d\n" +
+	"\apending\x18\f \x01(\v2\x1f.authority.etcd.compact.PendingR\apending\x12#\n" +
+	"\rplacement_key\x18\r \x01(\bR\fplacementKey\x12?\n" +
+	"\tcommitted\x18\x0e \x01(\v2!.authority.etcd.compact.CommittedR\tcommitted\x12\x1d\n" +
 	"\n" +
-	"object_gen\x18\r \x01(\x03R\tobjectGen\x12#\n" +
-	"\rmoved_version\x18\x0e \x01(\x03R\fmovedVersion\x12\x1f\n" +
+	"object_gen\x18\x10 \x01(\x03R\tobjectGen\x12#\n" +
+	"\rmoved_version\x18\x11 \x01(\x03R\fmovedVersion\x12\x1f\n" +
 	"\vnext_writes\x18\x0f \x01(\x03R\n" +
 	"nextWrites\"\xb1\x01\n" +
 	"\rCapacityEntry\x123\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1d.authority.etcd.compact.StateR\x05state\x12\x16\n" +
 	"\x06actors\x18\x02 \x01(\x03R\x06actors\x12\x14\n" +
 	"\x05spots\x18\x03 \x01(\x03R\x05spots\x12=\n" +
-	"\tspot_type\x18\x04 \x01(\v2 .authority.etcd.compact.SpotTypeR\bspotType*8\n" +
+	"\tspot_type\x18\x04 \x01(\v2 .authority.etcd.compact.SpotTypeR\bspotType\"\xfb\x02\n" +
+	"\x10CreationTerminal\x12;\n" +
+	"\x05state\x18\x01 \x01(\x0e2%.authority.etcd.compact.TerminalStateR\x05state\x12)\n" +
+	"\x10reservation_uuid\x18\x02 \x01(\fR\x0freservationUuid\x12%\n" +
+	"\x0ereservation_id\x18\x03 \x01(\fR\rreservationId\x120\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x1c.authority.etcd.compact.KindR\x04kind\x12\x1a\n" +
+	"\benvelope\x18\x05 \x01(\fR\benvelope\x12'\n" +
+	"\x0fexpires_seconds\x18\x06 \x01(\x03R\x0eexpiresSeconds\x12#\n" +
+	"\rexpires_nanos\x18\a \x01(\x05R\fexpiresNanos\x12\x1f\n" +
+	"\vnow_seconds\x18\b \x01(\x03R\n" +
+	"nowSeconds\x12\x1b\n" +
+	"\tnow_nanos\x18\t \x01(\x05R\bnowNanos*8\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bRESERVED\x10\x01\x12\n" +
@@ -616,7 +895,13 @@ const file_internal_compactpb_compact_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ACTOR\x10\x01\x12\r\n" +
 	"\tUSER_SPOT\x10\x02\x12\x11\n" +
-	"\rINSTANCE_SPOT\x10\x03BLZJgithub.com/zlink-systems/authority/provider/etcd/schema/internal/compactpbb\x06proto3"
+	"\rINSTANCE_SPOT\x10\x03*V\n" +
+	"\rTerminalState\x12\x1e\n" +
+	"\x1aTERMINAL_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aCREATED\x10\x01\x12\f\n" +
+	"\bREJECTED\x10\x02\x12\n" +
+	"\n" +
+	"\x06FAILED\x10\x03BLZJgithub.com/zlink-systems/authority/provider/etcd/schema/internal/compactpbb\x06proto3"
 
 var (
 	file_internal_compactpb_compact_proto_rawDescOnce sync.Once
@@ -630,31 +915,37 @@ func file_internal_compactpb_compact_proto_rawDescGZIP() []byte {
 	return file_internal_compactpb_compact_proto_rawDescData
 }
 
-var file_internal_compactpb_compact_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_internal_compactpb_compact_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_internal_compactpb_compact_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_internal_compactpb_compact_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_internal_compactpb_compact_proto_goTypes = []any{
-	(State)(0),            // 0: authority.etcd.compact.State
-	(Kind)(0),             // 1: authority.etcd.compact.Kind
-	(*SpotType)(nil),      // 2: authority.etcd.compact.SpotType
-	(*Capacity)(nil),      // 3: authority.etcd.compact.Capacity
-	(*Pending)(nil),       // 4: authority.etcd.compact.Pending
-	(*Row)(nil),           // 5: authority.etcd.compact.Row
-	(*CapacityEntry)(nil), // 6: authority.etcd.compact.CapacityEntry
+	(State)(0),               // 0: authority.etcd.compact.State
+	(Kind)(0),                // 1: authority.etcd.compact.Kind
+	(TerminalState)(0),       // 2: authority.etcd.compact.TerminalState
+	(*SpotType)(nil),         // 3: authority.etcd.compact.SpotType
+	(*Capacity)(nil),         // 4: authority.etcd.compact.Capacity
+	(*Pending)(nil),          // 5: authority.etcd.compact.Pending
+	(*Committed)(nil),        // 6: authority.etcd.compact.Committed
+	(*Row)(nil),              // 7: authority.etcd.compact.Row
+	(*CapacityEntry)(nil),    // 8: authority.etcd.compact.CapacityEntry
+	(*CreationTerminal)(nil), // 9: authority.etcd.compact.CreationTerminal
 }
 var file_internal_compactpb_compact_proto_depIdxs = []int32{
-	1, // 0: authority.etcd.compact.SpotType.kind:type_name -> authority.etcd.compact.Kind
-	2, // 1: authority.etcd.compact.Capacity.spot_type:type_name -> authority.etcd.compact.SpotType
-	0, // 2: authority.etcd.compact.Row.state:type_name -> authority.etcd.compact.State
-	1, // 3: authority.etcd.compact.Row.kind:type_name -> authority.etcd.compact.Kind
-	3, // 4: authority.etcd.compact.Row.capacity:type_name -> authority.etcd.compact.Capacity
-	4, // 5: authority.etcd.compact.Row.pending:type_name -> authority.etcd.compact.Pending
-	0, // 6: authority.etcd.compact.CapacityEntry.state:type_name -> authority.etcd.compact.State
-	2, // 7: authority.etcd.compact.CapacityEntry.spot_type:type_name -> authority.etcd.compact.SpotType
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	1,  // 0: authority.etcd.compact.SpotType.kind:type_name -> authority.etcd.compact.Kind
+	3,  // 1: authority.etcd.compact.Capacity.spot_type:type_name -> authority.etcd.compact.SpotType
+	0,  // 2: authority.etcd.compact.Row.state:type_name -> authority.etcd.compact.State
+	1,  // 3: authority.etcd.compact.Row.kind:type_name -> authority.etcd.compact.Kind
+	4,  // 4: authority.etcd.compact.Row.capacity:type_name -> authority.etcd.compact.Capacity
+	5,  // 5: authority.etcd.compact.Row.pending:type_name -> authority.etcd.compact.Pending
+	6,  // 6: authority.etcd.compact.Row.committed:type_name -> authority.etcd.compact.Committed
+	0,  // 7: authority.etcd.compact.CapacityEntry.state:type_name -> authority.etcd.compact.State
+	3,  // 8: authority.etcd.compact.CapacityEntry.spot_type:type_name -> authority.etcd.compact.SpotType
+	2,  // 9: authority.etcd.compact.CreationTerminal.state:type_name -> authority.etcd.compact.TerminalState
+	1,  // 10: authority.etcd.compact.CreationTerminal.kind:type_name -> authority.etcd.compact.Kind
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_internal_compactpb_compact_proto_init() }
@@ -667,8 +958,8 @@ func file_internal_compactpb_compact_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_compactpb_compact_proto_rawDesc), len(file_internal_compactpb_compact_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   5,
+			NumEnums:      3,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
