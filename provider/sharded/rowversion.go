@@ -28,13 +28,24 @@ import (
 // namespace opens as it is and a single-cluster store keeps working beside
 // the sharded one (the same versions and tokens).
 //
-// For the resharding of issue 43: VersionStride is the same for every shard
-// count above one, so a row that stays in its cluster keeps its number's
-// order when the map grows (1 → 2: r becomes r × VersionStride ≥ r; 2 → 3:
-// r × VersionStride + i stays). A row copied into another cluster gets that
-// cluster's revisions: its numbers keep rising only if the copy is written
-// at a revision above the source's (the resharding must see to it, for
-// example by moving the target cluster's revision past the source's first).
+// A namespace that grows (package reshard) keeps its numbers. The switch
+// of its first growth, from one shard to two, puts a numbering key in both
+// clusters (schema.Layout.ShardNumbering); a number of a revision up to
+// the one before that key (numbering.raw) is the revision unchanged, as
+// the single cluster gave it, and only later revisions are numbered
+// revision × VersionStride + shard. A shard that has not switched yet
+// (still holding the one-shard map) numbers every revision unchanged. The
+// numbers stay unique: the unchanged ones are the first cluster's
+// revisions up to its switch (and the new cluster's copies of them, below
+// its own switch), the others above VersionStride times that. A row copied
+// into the new cluster keeps its numbers in its value (schema.Row's
+// MovedVersion and ObjectGen, its owner generation and token), which the
+// new cluster gives unchanged while they are below its switch; the new
+// cluster's revision is raised above its sources' before each copy, so
+// the row's next write numbers above them. In a later growth, or one of a
+// namespace that had several shards from its start, the new cluster
+// numbers every revision: a moved row's numbers change there, upwards
+// (the new shard's index is above its source's; docs/deviations.md G6).
 // Feed positions are not encoded: they are one raw revision per shard. Nor
 // is an owner lease's generation (OwnerToken.LeaseGeneration): Registry
 // takes the same generation in every shard, so it names one lease of the
@@ -47,12 +58,21 @@ const VersionStride = 1024
 // maxEncodable is the largest revision a number can encode.
 const maxEncodable = (authority.MaxGeneration - VersionStride + 1) / VersionStride
 
-// numbering encodes and decodes the row numbers of a store of n shards.
-type numbering struct{ n int }
+// numbering encodes and decodes the row numbers of a store of n shards,
+// whose shard i numbers its revisions up to raw[i] unchanged (nil: none).
+type numbering struct {
+	n   int
+	raw []int64
+}
+
+// unchanged reports whether shard i numbers revision rev unchanged.
+func (v numbering) unchanged(i int, rev int64) bool {
+	return v.n == 1 || rev == 0 || i < len(v.raw) && rev <= v.raw[i]
+}
 
 // encode returns the number of revision rev of shard i (0 stays 0: none).
 func (v numbering) encode(i int, rev int64) (int64, error) {
-	if v.n == 1 || rev == 0 {
+	if v.unchanged(i, rev) {
 		return rev, nil
 	}
 	if rev < 0 || rev > maxEncodable {
@@ -83,7 +103,10 @@ func (v numbering) shardVersion(i int, sv authority.StoreVersion) authority.Stor
 		return sv
 	}
 	n, ok := schema.ParseVersion(sv)
-	if ok && n%VersionStride == int64(i) && n/VersionStride > 0 {
+	switch {
+	case ok && n > 0 && v.unchanged(i, n):
+		return sv
+	case ok && n%VersionStride == int64(i) && n/VersionStride > 0 && !v.unchanged(i, n/VersionStride):
 		return schema.Version(n / VersionStride)
 	}
 	return "other-shard:" + sv

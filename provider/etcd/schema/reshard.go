@@ -24,7 +24,9 @@ import (
 //   - job and mover (the new cluster): the job's progress, and the lease-bound
 //     claim of the one process running it;
 //   - raise (the new cluster): a scratch key the job writes to raise the
-//     cluster's revision above its sources' (docs/operations.md).
+//     cluster's revision above its sources' (docs/operations.md);
+//   - numbering (both clusters of a first growth, put by its switch): where
+//     the cluster's row numbers across shards start (ShardNumbering).
 
 // ShardMapPrefix is the prefix of the shard map's keys.
 func (l Layout) ShardMapPrefix() string { return l.ns + SegShardMap + "/" }
@@ -45,6 +47,14 @@ func (l Layout) ReshardMover() string { return l.ns + SegShardMap + "/mover" }
 // revision.
 func (l Layout) ReshardRaise() string { return l.ns + SegShardMap + "/raise" }
 
+// ShardNumbering is the key the switch of a namespace's first growth (from
+// one shard to two) puts in both clusters, once, and never again: its
+// ModRevision is the cluster's first revision of row numbers given across
+// shards (package provider/sharded, rowversion.go). Every number of a
+// revision before it is the cluster's revision unchanged, as a single
+// cluster gave it, so a growth renumbers no row. Its value is the job's ID.
+func (l Layout) ShardNumbering() string { return l.ns + SegShardMap + "/numbering" }
+
 // ShardMove is a move from the map in force (From, epoch e) to the next map
 // (To, epoch e+1: From's shards and one more cluster), made by job Job.
 type ShardMove struct {
@@ -59,7 +69,7 @@ type shardMoveWire struct {
 }
 
 func (m ShardMap) wire() shardMapWire {
-	w := shardMapWire{E: m.Epoch, H: m.Hash, S: make([]shardWire, len(m.Shards))}
+	w := shardMapWire{E: m.Epoch, H: m.Hash, S: make([]shardWire, len(m.Shards)), K: m.HomeShards}
 	for i, s := range m.Shards {
 		w.S[i] = shardWire{C: s.ClusterID, N: s.Namespace}
 	}
@@ -67,7 +77,7 @@ func (m ShardMap) wire() shardMapWire {
 }
 
 func (w shardMapWire) shardMap() ShardMap {
-	m := ShardMap{Epoch: w.E, Hash: w.H, Shards: make([]ShardMapShard, len(w.S))}
+	m := ShardMap{Epoch: w.E, Hash: w.H, Shards: make([]ShardMapShard, len(w.S)), HomeShards: w.K}
 	for i, s := range w.S {
 		m.Shards[i] = ShardMapShard{ClusterID: s.C, Namespace: s.N}
 	}
@@ -95,6 +105,9 @@ func (m ShardMove) Check() error {
 		if m.To.Shards[i] != s {
 			return fmt.Errorf("shard move changes shard %d", i)
 		}
+	}
+	if m.To.HomeShards != m.From.NextHomes() {
+		return fmt.Errorf("shard move places home shards over %d shards, not the %d its map in force gives", m.To.HomeShards, m.From.NextHomes())
 	}
 	return nil
 }
@@ -315,8 +328,8 @@ func (e *Entry) decodeReshard(namespace string, kv *mvccpb.KeyValue) error {
 			return err
 		}
 		e.ReshardJob = &j
-	case l.ReshardMover(), l.ReshardRaise():
-		// a process's name, a scratch value
+	case l.ReshardMover(), l.ReshardRaise(), l.ShardNumbering():
+		// a process's name, a scratch value, a job's ID
 	default:
 		return errBadKey
 	}

@@ -30,6 +30,31 @@ type ShardMap struct {
 	Hash string
 	// Shards are the clusters, in the map's order.
 	Shards []ShardMapShard
+	// HomeShards is the shard count whose hash places what must not move
+	// when the map grows: a cross-shard aggregate's coordinator record and
+	// a node's capacity escrow ledger (their home shards among the first
+	// HomeShards shards). A resharding sets it once, to the shard count of
+	// the first map with several shards, and keeps it; 0 (a map no
+	// resharding wrote) stands for len(Shards). Homes returns it.
+	HomeShards int
+}
+
+// Homes returns the shard count that places home shards (HomeShards).
+func (m ShardMap) Homes() int {
+	if m.HomeShards > 0 {
+		return m.HomeShards
+	}
+	return len(m.Shards)
+}
+
+// NextHomes returns the HomeShards of the map that grows m by one shard:
+// m's home shard count once it has several shards, else the two of the
+// grown map.
+func (m ShardMap) NextHomes() int {
+	if len(m.Shards) > 1 {
+		return m.Homes()
+	}
+	return 2
 }
 
 // ShardMapShard is one shard of a map: the etcd cluster (its cluster ID, as
@@ -43,6 +68,7 @@ type shardMapWire struct {
 	E int64       `json:"e"`
 	H string      `json:"h"`
 	S []shardWire `json:"s"`
+	K int         `json:"k,omitempty"` // HomeShards
 }
 
 type shardWire struct {
@@ -52,11 +78,7 @@ type shardWire struct {
 
 // Encode returns the stored value of m (a JSON object).
 func (m ShardMap) Encode() string {
-	w := shardMapWire{E: m.Epoch, H: m.Hash, S: make([]shardWire, len(m.Shards))}
-	for i, s := range m.Shards {
-		w.S[i] = shardWire{C: s.ClusterID, N: s.Namespace}
-	}
-	b, _ := json.Marshal(w)
+	b, _ := json.Marshal(m.wire())
 	return string(b)
 }
 
@@ -72,6 +94,9 @@ func (m ShardMap) Check() error {
 	}
 	if len(m.Shards) < 1 || len(m.Shards) > MaxShards {
 		return fmt.Errorf("shard map lists %d shards, not 1 to %d", len(m.Shards), MaxShards)
+	}
+	if m.HomeShards != 0 && (m.HomeShards < 2 || m.HomeShards > len(m.Shards)) {
+		return fmt.Errorf("shard map places home shards over %d of its %d shards, not 2 to %d", m.HomeShards, len(m.Shards), len(m.Shards))
 	}
 	seen := map[ShardMapShard]int{}
 	for i, s := range m.Shards {
@@ -97,6 +122,8 @@ func (m ShardMap) Diff(want ShardMap) string {
 		return fmt.Sprintf("stored hash %q, configured %q", m.Hash, want.Hash)
 	case m.Epoch != want.Epoch:
 		return fmt.Sprintf("stored epoch %d, configured %d", m.Epoch, want.Epoch)
+	case want.HomeShards != 0 && m.Homes() != want.Homes():
+		return fmt.Sprintf("stored map places home shards over %d shards, configured %d", m.Homes(), want.Homes())
 	case len(m.Shards) != len(want.Shards):
 		return fmt.Sprintf("stored map has %d shards (%s), configured %d (%s)",
 			len(m.Shards), m.list(), len(want.Shards), want.list())
@@ -125,10 +152,7 @@ func DecodeShardMap(kv *mvccpb.KeyValue) (ShardMap, error) {
 	if err := decodeStrict(kv.Value, &w); err != nil {
 		return ShardMap{}, corrupt(string(kv.Key), err)
 	}
-	m := ShardMap{Epoch: w.E, Hash: w.H, Shards: make([]ShardMapShard, len(w.S))}
-	for i, s := range w.S {
-		m.Shards[i] = ShardMapShard{ClusterID: s.C, Namespace: s.N}
-	}
+	m := w.shardMap()
 	if err := m.Check(); err != nil {
 		return ShardMap{}, corrupt(string(kv.Key), err)
 	}

@@ -195,6 +195,7 @@ func (j *job) begin(ctx context.Context, create bool) error {
 	to := from
 	to.Epoch++
 	to.Shards = append(append([]schema.ShardMapShard(nil), from.Shards...), dstID)
+	to.HomeShards = from.NextHomes()
 	mv := schema.ShardMove{Job: uuid.NewString(), From: from, To: to}
 	if err := mv.Check(); err != nil {
 		return authority.Wrap(authority.ErrInvalidArgument, "The new cluster cannot be added to the map", err)
