@@ -51,10 +51,6 @@ type MapKeys struct {
 	// claim key's CreateRevision.
 	Mover    string
 	MoverRev int64
-	// NumberingRev is the ModRevision of the key the switch of the
-	// namespace's first growth put (schema.Layout.ShardNumbering; 0: none):
-	// the cluster's row numbers of earlier revisions are its revisions.
-	NumberingRev int64
 }
 
 // ReadMap reads the namespace's shard map keys, linearizably. A key that
@@ -96,8 +92,6 @@ func (m *Moves) mapKeysIn(resp *clientv3.TxnResponse) (MapKeys, error) {
 			k.Job, k.JobRev = &j, kv.ModRevision
 		case l.ReshardMover():
 			k.Mover, k.MoverRev = string(kv.Value), kv.CreateRevision
-		case l.ShardNumbering():
-			k.NumberingRev = kv.ModRevision
 		}
 		if err != nil {
 			return MapKeys{}, err
@@ -163,22 +157,15 @@ func (m *Moves) Freeze(ctx context.Context, k MapKeys) (bool, MapKeys, error) {
 
 // Switch puts the pending move's next map in force, and deletes the
 // pending and switching keys, while the map in force and the pending move
-// are at k's revisions. The switch of a first growth (from one shard) also
-// puts the numbering key, unless the cluster holds one: row numbers across
-// shards start at this revision (schema.Layout.ShardNumbering).
+// are at k's revisions.
 func (m *Moves) Switch(ctx context.Context, k MapKeys) (bool, MapKeys, error) {
 	if k.Pending == nil {
 		return false, k, m.noMove()
 	}
 	l := m.s.keys
-	ops := []clientv3.Op{clientv3.OpPut(l.ShardMap(), k.Pending.To.Encode()), clientv3.OpDelete(l.ShardMovePending()), clientv3.OpDelete(l.ShardMoveSwitching())}
-	if len(k.Pending.From.Shards) == 1 {
-		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{modRevIs(l.ShardNumbering(), 0)},
-			[]clientv3.Op{clientv3.OpPut(l.ShardNumbering(), k.Pending.Job)}, nil))
-	}
 	return m.step(ctx,
 		[]clientv3.Cmp{modRevIs(l.ShardMap(), k.CurrentRev), modRevIs(l.ShardMovePending(), k.PendingRev)},
-		ops)
+		[]clientv3.Op{clientv3.OpPut(l.ShardMap(), k.Pending.To.Encode()), clientv3.OpDelete(l.ShardMovePending()), clientv3.OpDelete(l.ShardMoveSwitching())})
 }
 
 // Undo abandons the pending move (an abort before the switch): it deletes

@@ -3,7 +3,6 @@ package sharded
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -97,7 +96,7 @@ func (s *Store) build(base *topology, known []*shard, keys []etcdstore.MapKeys) 
 		return slices.IndexFunc(known, func(sh *shard) bool { return shardID(sh) == id })
 	}
 	n := len(inForce.Shards)
-	t := &topology{smap: inForce, shards: make([]*shard, n), fence: make([]int64, n), frozen: make([]bool, n), raw: make([]int64, n)}
+	t := &topology{smap: inForce, shards: make([]*shard, n), fence: make([]int64, n), frozen: make([]bool, n)}
 	missing := map[schema.ShardMapShard]int{}
 	for i, id := range inForce.Shards {
 		j := find(id)
@@ -106,7 +105,6 @@ func (s *Store) build(base *topology, known []*shard, keys []etcdstore.MapKeys) 
 			continue
 		}
 		t.shards[i], t.fence[i], t.frozen[i] = known[j], keys[j].CurrentRev, keys[j].Switching != nil
-		t.raw[i] = rawThrough(keys[j])
 	}
 	for _, k := range keys {
 		mv := k.Switching
@@ -126,22 +124,6 @@ func (s *Store) build(base *topology, known []*shard, keys []etcdstore.MapKeys) 
 		}
 	}
 	return t, missing, nil
-}
-
-// rawThrough returns the last revision of a shard whose row numbers are its
-// revisions unchanged (numbering.raw, rowversion.go): the one before the
-// numbering key a first growth's switch put; every revision while the
-// shard still holds a one-shard map (or none: a single cluster's
-// namespace, or a new cluster before its switch); none (0) in a namespace
-// that had several shards from its start.
-func rawThrough(k etcdstore.MapKeys) int64 {
-	switch {
-	case k.NumberingRev > 0:
-		return k.NumberingRev - 1
-	case k.Current == nil || len(k.Current.Shards) == 1:
-		return math.MaxInt64
-	}
-	return 0
 }
 
 // extends reports whether grown is a later map with m's shards first.

@@ -28,24 +28,18 @@ import (
 // namespace opens as it is and a single-cluster store keeps working beside
 // the sharded one (the same versions and tokens).
 //
-// A namespace that grows (package reshard) keeps its numbers. The switch
-// of its first growth, from one shard to two, puts a numbering key in both
-// clusters (schema.Layout.ShardNumbering); a number of a revision up to
-// the one before that key (numbering.raw) is the revision unchanged, as
-// the single cluster gave it, and only later revisions are numbered
-// revision × VersionStride + shard. A shard that has not switched yet
-// (still holding the one-shard map) numbers every revision unchanged. The
-// numbers stay unique: the unchanged ones are the first cluster's
-// revisions up to its switch (and the new cluster's copies of them, below
-// its own switch), the others above VersionStride times that. A row copied
-// into the new cluster keeps its numbers in its value (schema.Row's
-// MovedVersion and ObjectGen, its owner generation and token), which the
-// new cluster gives unchanged while they are below its switch; the new
-// cluster's revision is raised above its sources' before each copy, so
-// the row's next write numbers above them. In a later growth, or one of a
-// namespace that had several shards from its start, the new cluster
-// numbers every revision: a moved row's numbers change there, upwards
-// (the new shard's index is above its source's; docs/deviations.md G6).
+// A namespace that grew from one cluster (package reshard) keeps numbering
+// every row with its cluster's revisions unchanged, over every shard count
+// (schema.ShardMap.Raw): no growth renumbers a row, the one cluster's
+// numbers stay what it gave, and a row a growth moves keeps its numbers in
+// its value (schema.Row's MovedVersion and ObjectGen, its owner generation
+// and token) until its next write, which numbers above them (the new
+// cluster's revision is raised above its sources' before each copy). Its
+// numbers are not unique across shards (docs/deviations.md G6). A
+// namespace created with several shards numbers across shards from its
+// start; a row a later growth moves into a new cluster is numbered again
+// there (r × VersionStride + the new index, above r × VersionStride + its
+// source's index: upwards; G6).
 // Feed positions are not encoded: they are one raw revision per shard. Nor
 // is an owner lease's generation (OwnerToken.LeaseGeneration): Registry
 // takes the same generation in every shard, so it names one lease of the
@@ -58,21 +52,20 @@ const VersionStride = 1024
 // maxEncodable is the largest revision a number can encode.
 const maxEncodable = (authority.MaxGeneration - VersionStride + 1) / VersionStride
 
-// numbering encodes and decodes the row numbers of a store of n shards,
-// whose shard i numbers its revisions up to raw[i] unchanged (nil: none).
+// numbering encodes and decodes the row numbers of a store of n shards;
+// with raw (a namespace grown from one cluster) every number is its
+// shard's revision unchanged.
 type numbering struct {
 	n   int
-	raw []int64
+	raw bool
 }
 
-// unchanged reports whether shard i numbers revision rev unchanged.
-func (v numbering) unchanged(i int, rev int64) bool {
-	return v.n == 1 || rev == 0 || i < len(v.raw) && rev <= v.raw[i]
-}
+// plain reports whether every number is its shard's revision unchanged.
+func (v numbering) plain() bool { return v.n == 1 || v.raw }
 
 // encode returns the number of revision rev of shard i (0 stays 0: none).
 func (v numbering) encode(i int, rev int64) (int64, error) {
-	if v.unchanged(i, rev) {
+	if v.plain() || rev == 0 {
 		return rev, nil
 	}
 	if rev < 0 || rev > maxEncodable {
@@ -84,7 +77,7 @@ func (v numbering) encode(i int, rev int64) (int64, error) {
 
 // version returns the StoreVersion of revision rev of shard i.
 func (v numbering) version(i int, sv authority.StoreVersion) (authority.StoreVersion, error) {
-	if v.n == 1 || sv == "" {
+	if v.plain() || sv == "" {
 		return sv, nil
 	}
 	rev, ok := schema.ParseVersion(sv)
@@ -99,14 +92,11 @@ func (v numbering) version(i int, sv authority.StoreVersion) (authority.StoreVer
 // revision it encodes when its remainder is i, else a text that is no
 // version of that store (a row's state there never equals it).
 func (v numbering) shardVersion(i int, sv authority.StoreVersion) authority.StoreVersion {
-	if v.n == 1 || sv == "" {
+	if v.plain() || sv == "" {
 		return sv
 	}
 	n, ok := schema.ParseVersion(sv)
-	switch {
-	case ok && n > 0 && v.unchanged(i, n):
-		return sv
-	case ok && n%VersionStride == int64(i) && n/VersionStride > 0 && !v.unchanged(i, n/VersionStride):
+	if ok && n%VersionStride == int64(i) && n/VersionStride > 0 {
 		return schema.Version(n / VersionStride)
 	}
 	return "other-shard:" + sv
@@ -115,7 +105,7 @@ func (v numbering) shardVersion(i int, sv authority.StoreVersion) authority.Stor
 // snapshot returns s with its numbers encoded for shard i (s unchanged; nil
 // stays nil).
 func (v numbering) snapshot(i int, s *authority.Snapshot) (*authority.Snapshot, error) {
-	if v.n == 1 || s == nil {
+	if v.plain() || s == nil {
 		return s, nil
 	}
 	c := *s

@@ -54,9 +54,6 @@ type topology struct {
 	// fence is, by shard, the ModRevision of its map key (0: absent) that
 	// operations routed by this topology compare.
 	fence []int64
-	// raw is, by shard, the last revision whose row numbers are the
-	// shard's revisions unchanged (rawThrough; rowversion.go).
-	raw []int64
 	// move is the resharding in progress (pending, or frozen in some
 	// shards); nil when none. frozen says, by shard, that the shard holds
 	// the move's switching key.
@@ -250,7 +247,7 @@ func (s *Store) reroute(t *topology, err error) bool {
 // it replaced.
 func (s *Store) publish(t *topology) {
 	t.done, t.readAt = make(chan struct{}), time.Now()
-	t.num = numbering{n: len(t.shards), raw: t.raw}
+	t.num = numbering{n: len(t.shards), raw: t.smap.Raw}
 	if len(t.shards) > 1 {
 		shards := make([]twophase.Shard, len(t.shards))
 		for i, sh := range t.shards {

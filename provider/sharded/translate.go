@@ -9,7 +9,7 @@ import (
 // Over one shard each is returned unchanged.
 
 func (v numbering) cas(i int, r authority.CompareExchangeResult) (authority.CompareExchangeResult, error) {
-	if v.n == 1 {
+	if v.plain() {
 		return r, nil
 	}
 	var err error
@@ -24,7 +24,7 @@ func (v numbering) cas(i int, r authority.CompareExchangeResult) (authority.Comp
 }
 
 func (v numbering) reserve(i int, r authority.ReserveResult) (authority.ReserveResult, error) {
-	if v.n == 1 {
+	if v.plain() {
 		return r, nil
 	}
 	var err error
@@ -74,7 +74,7 @@ func (v numbering) events(i int, events []authority.FeedEvent) error {
 // aggregateRequest returns req with every participant's expected version
 // that of its shard's store (shardOf places a key); req is unchanged.
 func (v numbering) aggregateRequest(req authority.AggregatePrepareRequest, shardOf func(authority.Key) int) authority.AggregatePrepareRequest {
-	if v.n == 1 {
+	if v.plain() {
 		return req
 	}
 	c := *req.Clone()
@@ -88,7 +88,7 @@ func (v numbering) aggregateRequest(req authority.AggregatePrepareRequest, shard
 // tokens encodes the ownership tokens of an aggregate commit, each for its
 // key's shard.
 func (v numbering) tokens(tokens map[authority.Key]int64, shardOf func(authority.Key) int) (map[authority.Key]int64, error) {
-	if v.n == 1 || tokens == nil {
+	if v.plain() || tokens == nil {
 		return tokens, nil
 	}
 	out := make(map[authority.Key]int64, len(tokens))

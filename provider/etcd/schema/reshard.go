@@ -24,9 +24,7 @@ import (
 //   - job and mover (the new cluster): the job's progress, and the lease-bound
 //     claim of the one process running it;
 //   - raise (the new cluster): a scratch key the job writes to raise the
-//     cluster's revision above its sources' (docs/operations.md);
-//   - numbering (both clusters of a first growth, put by its switch): where
-//     the cluster's row numbers across shards start (ShardNumbering).
+//     cluster's revision above its sources' (docs/operations.md).
 
 // ShardMapPrefix is the prefix of the shard map's keys.
 func (l Layout) ShardMapPrefix() string { return l.ns + SegShardMap + "/" }
@@ -47,14 +45,6 @@ func (l Layout) ReshardMover() string { return l.ns + SegShardMap + "/mover" }
 // revision.
 func (l Layout) ReshardRaise() string { return l.ns + SegShardMap + "/raise" }
 
-// ShardNumbering is the key the switch of a namespace's first growth (from
-// one shard to two) puts in both clusters, once, and never again: its
-// ModRevision is the cluster's first revision of row numbers given across
-// shards (package provider/sharded, rowversion.go). Every number of a
-// revision before it is the cluster's revision unchanged, as a single
-// cluster gave it, so a growth renumbers no row. Its value is the job's ID.
-func (l Layout) ShardNumbering() string { return l.ns + SegShardMap + "/numbering" }
-
 // ShardMove is a move from the map in force (From, epoch e) to the next map
 // (To, epoch e+1: From's shards and one more cluster), made by job Job.
 type ShardMove struct {
@@ -69,7 +59,7 @@ type shardMoveWire struct {
 }
 
 func (m ShardMap) wire() shardMapWire {
-	w := shardMapWire{E: m.Epoch, H: m.Hash, S: make([]shardWire, len(m.Shards)), K: m.HomeShards}
+	w := shardMapWire{E: m.Epoch, H: m.Hash, S: make([]shardWire, len(m.Shards)), K: m.HomeShards, U: m.Raw}
 	for i, s := range m.Shards {
 		w.S[i] = shardWire{C: s.ClusterID, N: s.Namespace}
 	}
@@ -77,7 +67,7 @@ func (m ShardMap) wire() shardMapWire {
 }
 
 func (w shardMapWire) shardMap() ShardMap {
-	m := ShardMap{Epoch: w.E, Hash: w.H, Shards: make([]ShardMapShard, len(w.S)), HomeShards: w.K}
+	m := ShardMap{Epoch: w.E, Hash: w.H, Shards: make([]ShardMapShard, len(w.S)), HomeShards: w.K, Raw: w.U}
 	for i, s := range w.S {
 		m.Shards[i] = ShardMapShard{ClusterID: s.C, Namespace: s.N}
 	}
@@ -108,6 +98,9 @@ func (m ShardMove) Check() error {
 	}
 	if m.To.HomeShards != m.From.NextHomes() {
 		return fmt.Errorf("shard move places home shards over %d shards, not the %d its map in force gives", m.To.HomeShards, m.From.NextHomes())
+	}
+	if m.To.Raw != m.From.NextRaw() {
+		return fmt.Errorf("shard move numbers rows raw=%t, not raw=%t as its map in force gives", m.To.Raw, m.From.NextRaw())
 	}
 	return nil
 }
@@ -278,10 +271,12 @@ const (
 	// aggregate records and their capacity entries, relocation blobs.
 	MoveStays MoveKind = iota
 	// MoveWithRow is a key of one row, which goes where the row goes: the
-	// row, its owner index entry, its capacity entry.
+	// row, its owner index entry, its capacity entry (or its placement
+	// key, which is both).
 	MoveWithRow
-	// MoveCopied is a terminal (reservation or creation): it names no row,
-	// so every terminal is copied into the new shard and also stays.
+	// MoveCopied is a terminal (reservation or creation) or an owner
+	// directory key: it names no row, so every one is copied into the new
+	// shard and also stays.
 	MoveCopied
 )
 
@@ -306,7 +301,14 @@ func (l Layout) MoveKindOf(key string) (kind MoveKind, row authority.Key, epoch 
 		if parts := strings.SplitN(tail, "/", 5); len(parts) == 5 && parts[3] == capRow {
 			return MoveWithRow, authority.Key(parts[4]), SegCapacityEpochs + "/" + strings.Join(parts[:3], "/")
 		}
-	case SegReservations, SegTerminals:
+		// a placement key (storeversion.FewerKeys): the row's capacity
+		// entry and owner index in one
+		if parts := strings.SplitN(tail, "/", 7); len(parts) == 7 && parts[3] == capOwned {
+			return MoveWithRow, authority.Key(parts[6]), SegCapacityEpochs + "/" + strings.Join(parts[:3], "/")
+		}
+	case SegReservations, SegTerminals, SegOwnerNodes:
+		// an owner directory key names no row, but the placement keys it
+		// lists may move: it is copied, as terminals are
 		return MoveCopied, "", ""
 	}
 	return MoveStays, "", ""
@@ -328,8 +330,8 @@ func (e *Entry) decodeReshard(namespace string, kv *mvccpb.KeyValue) error {
 			return err
 		}
 		e.ReshardJob = &j
-	case l.ReshardMover(), l.ReshardRaise(), l.ShardNumbering():
-		// a process's name, a scratch value, a job's ID
+	case l.ReshardMover(), l.ReshardRaise():
+		// a process's name, a scratch value
 	default:
 		return errBadKey
 	}

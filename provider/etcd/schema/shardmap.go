@@ -37,7 +37,17 @@ type ShardMap struct {
 	// the first map with several shards, and keeps it; 0 (a map no
 	// resharding wrote) stands for len(Shards). Homes returns it.
 	HomeShards int
+	// Raw says that every shard numbers its rows with its cluster's
+	// revisions unchanged (package provider/sharded, rowversion.go): a
+	// namespace that grew from one cluster keeps the numbers that cluster
+	// gave, and a row moved by any growth keeps its own. A resharding sets
+	// it when it grows a one-shard map and keeps it; false (a map created
+	// with several shards) numbers rows revision × 1024 + shard.
+	Raw bool
 }
+
+// NextRaw returns the Raw of the map that grows m by one shard.
+func (m ShardMap) NextRaw() bool { return m.Raw || len(m.Shards) == 1 }
 
 // Homes returns the shard count that places home shards (HomeShards).
 func (m ShardMap) Homes() int {
@@ -69,6 +79,7 @@ type shardMapWire struct {
 	H string      `json:"h"`
 	S []shardWire `json:"s"`
 	K int         `json:"k,omitempty"` // HomeShards
+	U bool        `json:"u,omitempty"` // Raw
 }
 
 type shardWire struct {

@@ -146,6 +146,9 @@ func (j *job) mapInForce(ctx context.Context) (schema.ShardMap, []etcdstore.MapK
 				sharded.ErrShardMapMismatch, i, cur.Epoch, len(cur.Shards), cur.Diff(schema.ShardMap{Epoch: cur.Epoch, Hash: m.Hash, Shards: m.Shards}))
 		}
 		epoch = e
+		if len(m.Shards) > 1 { // what the stored map says beyond its shards
+			m.HomeShards, m.Raw = cur.HomeShards, cur.Raw
+		}
 	}
 	m.Epoch = epoch
 	return m, keys, nil
@@ -195,7 +198,7 @@ func (j *job) begin(ctx context.Context, create bool) error {
 	to := from
 	to.Epoch++
 	to.Shards = append(append([]schema.ShardMapShard(nil), from.Shards...), dstID)
-	to.HomeShards = from.NextHomes()
+	to.HomeShards, to.Raw = from.NextHomes(), from.NextRaw()
 	mv := schema.ShardMove{Job: uuid.NewString(), From: from, To: to}
 	if err := mv.Check(); err != nil {
 		return authority.Wrap(authority.ErrInvalidArgument, "The new cluster cannot be added to the map", err)

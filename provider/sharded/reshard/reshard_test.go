@@ -58,16 +58,20 @@ func placed(t testing.TB, cs []etcdstore.Config, n int) map[authority.Key]int {
 				continue
 			}
 			require.Equal(t, sharded.Place(row, n), i, "key %s of row %s is in shard %d of %d", kv.Key, row, i, n)
-			seen := index
+			seen := []map[authority.Key]int{index}
 			switch {
 			case strings.HasPrefix(string(kv.Key), l.RowsPrefix()):
-				seen = rows
+				seen = []map[authority.Key]int{rows}
+			case strings.Contains(string(kv.Key), "/o/") && strings.HasPrefix(string(kv.Key), c.Namespace+schema.SegCapacity+"/"):
+				seen = []map[authority.Key]int{capacity, index} // a placement key: both
 			case strings.HasPrefix(string(kv.Key), c.Namespace+schema.SegCapacity+"/"):
-				seen = capacity
+				seen = []map[authority.Key]int{capacity}
 			}
-			_, dup := seen[row]
-			require.False(t, dup, "a key of row %s is in two shards: %s", row, kv.Key)
-			seen[row] = i
+			for _, m := range seen {
+				_, dup := m[row]
+				require.False(t, dup, "a key of row %s is in two shards: %s", row, kv.Key)
+				m[row] = i
+			}
 		}
 	}
 	require.Equal(t, rows, index, "every row has its owner index entry in its shard")

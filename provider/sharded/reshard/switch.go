@@ -311,7 +311,12 @@ func (j *job) cleanup(ctx context.Context) error {
 		if err := listKeys(ctx, s, "", func(kvs []*kvT) error {
 			var rels []string
 			for _, kv := range kvs {
-				if c, ok := j.moving(i, kv, false); ok && !strings.HasPrefix(c.rel, schema.SegReservations+"/") && !strings.HasPrefix(c.rel, schema.SegTerminals+"/") {
+				// the keys that moved with their rows; the copied ones
+				// (terminals, owner directory keys) stay too
+				if kind, _, _ := s.Moves().KindOf(string(kv.Key)); kind != schema.MoveWithRow {
+					continue
+				}
+				if c, ok := j.moving(i, kv, false); ok {
 					rels = append(rels, c.rel)
 				}
 			}
