@@ -35,11 +35,11 @@ import (
 // its value (schema.Row's MovedVersion and ObjectGen, its owner generation
 // and token) until its next write, which numbers above them (the new
 // cluster's revision is raised above its sources' before each copy). Its
-// numbers are not unique across shards (docs/deviations.md G6). A
+// numbers are not unique across shards (docs/deviations.md G9). A
 // namespace created with several shards numbers across shards from its
 // start; a row a later growth moves into a new cluster is numbered again
 // there (r × VersionStride + the new index, above r × VersionStride + its
-// source's index: upwards; G6).
+// source's index: upwards; G9).
 // Feed positions are not encoded: they are one raw revision per shard. Nor
 // is an owner lease's generation (OwnerToken.LeaseGeneration): Registry
 // takes the same generation in every shard, so it names one lease of the
