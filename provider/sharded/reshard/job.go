@@ -146,6 +146,9 @@ func (j *job) mapInForce(ctx context.Context) (schema.ShardMap, []etcdstore.MapK
 				sharded.ErrShardMapMismatch, i, cur.Epoch, len(cur.Shards), cur.Diff(schema.ShardMap{Epoch: cur.Epoch, Hash: m.Hash, Shards: m.Shards}))
 		}
 		epoch = e
+		if len(cur.Shards) == len(m.Shards) {
+			m.HomeShards = cur.HomeShards // kept by every growth
+		}
 	}
 	m.Epoch = epoch
 	return m, keys, nil
