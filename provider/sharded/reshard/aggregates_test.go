@@ -193,12 +193,12 @@ func TestCrossShardAggregateOfStayingRowsCommitsAfterGrowth(t *testing.T) {
 	f := e.fx.MustPrepare(e.request(id, map[authority.Key]*authority.Snapshot{k0: r0, k1: r1}))
 	coord := e.s.CoordinatorOf(id)
 	s := e.grow()
-	require.Equal(t, coord, s.CoordinatorOf(id), "the coordinator shard does not change when the map grows")
 
 	res, err := s.CommitAggregate(e.ctx, f)
 	require.NoError(t, err)
 	require.Equal(t, authority.KindCommitted, res.Kind)
 	require.Len(t, res.OwnershipTokens, 2)
+	require.Equal(t, coord, s.CoordinatorOf(id), "the coordinator shard does not change when the map grows")
 	payloads(t, s, map[authority.Key]string{k0: id + ":" + string(k0), k1: id + ":" + string(k1)})
 	require.Equal(t, authority.CapacityUsage{Active: 2}, e.usageB(s), "the parts became the rows' entries")
 	e.noLocks()
@@ -266,7 +266,6 @@ func TestCrossShardCommitLeftOnMovingRowIsFinishedBySwitch(t *testing.T) {
 
 	s := e.grow()
 	require.Equal(t, 2, s.ShardOf(k1))
-	e.noLocks()
 	want := map[authority.Key]string{k0: id + ":" + string(k0), k1: id + ":" + string(k1)}
 	raw, err := s.Shard(2).ReadAuthority(e.ctx, k1)
 	require.NoError(t, err)
@@ -276,6 +275,7 @@ func TestCrossShardCommitLeftOnMovingRowIsFinishedBySwitch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, authority.KindAlreadyCommitted, c.Kind)
 	require.Equal(t, authority.CapacityUsage{Active: 2}, e.usageB(s))
+	e.noLocks()
 }
 
 // TestCrossShardCommitRetriedAfterGrowth: commits retried after a growth
