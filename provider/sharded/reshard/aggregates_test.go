@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
@@ -308,4 +310,50 @@ func TestCrossShardCommitRetriedAfterGrowth(t *testing.T) {
 	payloads(t, s, map[authority.Key]string{k0: done + ":" + string(k0), k1: done + ":" + string(k1), j0: half + ":" + string(j0)})
 	e.noLocks()
 	require.Equal(t, authority.CapacityUsage{Active: 4}, e.usageB(s))
+}
+
+// TestHomeShardsKeptBySecondGrowth: a map of two shards grown to three and
+// then to four keeps its home shards at two (the move starts from the map
+// in force with its home shards), so an aggregate across shards prepared
+// on two shards, whose rows stay, commits through a store on four. The
+// fourth shard is a second namespace of one of the clusters.
+func TestHomeShardsKeptBySecondGrowth(t *testing.T) {
+	e := newAggEnv(t)
+	var k0, k1 authority.Key
+	var r0, r1 *authority.Snapshot
+	for i := 0; k0 == "" || k1 == ""; i++ {
+		id := fmt.Sprintf("kept-%d", i)
+		k := e.fx.Key(authority.ObjectUserSpot, id)
+		p := sharded.Place(k, 2)
+		if p != sharded.Place(k, 3) || p != sharded.Place(k, 4) {
+			continue
+		}
+		switch {
+		case p == 0 && k0 == "":
+			k0, r0 = k, e.fx.Active(authority.ObjectUserSpot, id, e.from)
+		case p == 1 && k1 == "":
+			k1, r1 = k, e.fx.Active(authority.ObjectUserSpot, id, e.from)
+		}
+	}
+	id := aggregateID(t, "kept")
+	f := e.fx.MustPrepare(e.request(id, map[authority.Key]*authority.Snapshot{k0: r0, k1: r1}))
+	e.grow()
+	ns := etcdtest.Namespace()
+	c := clients[1]
+	t.Cleanup(func() { _, _ = c.Delete(context.Background(), ns, clientv3.WithPrefix()) })
+	cs := append(append([]etcdstore.Config(nil), e.cs...), etcdstore.Config{Client: c, Namespace: ns})
+	grow(t, cs, 3, func(c *reshard.Config) { c.LeaseWait, c.AggregateWait = 100*time.Millisecond, 100*time.Millisecond })
+	s, err := sharded.New(e.ctx, sharded.Config{Shards: cs, Epoch: 3})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	for i := range cs {
+		k, err := s.Shard(i).Moves().ReadMap(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4, len(k.Current.Shards))
+		require.Equal(t, 2, k.Current.Homes(), "shard %d's map", i)
+	}
+	res, err := s.CommitAggregate(e.ctx, f)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, res.Kind)
+	payloads(t, s, map[authority.Key]string{k0: id + ":" + string(k0), k1: id + ":" + string(k1)})
 }
