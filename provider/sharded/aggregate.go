@@ -62,7 +62,7 @@ func (s *Store) prepareAt(ctx context.Context, t *topology, req authority.Aggreg
 	raw := t.num.aggregateRequest(req, t.shardOf)
 	// the record's shard: the coordinator shard of an aggregate across
 	// shards, the participants' shard of one of a shard
-	record := coordinatorOf(req.AggregateID, len(t.shards))
+	record := t.coordinatorOf(req.AggregateID)
 	if len(byShard) == 1 {
 		for i := range byShard {
 			record = i
@@ -94,9 +94,10 @@ func (s *Store) prepareAt(ctx context.Context, t *topology, req authority.Aggreg
 
 // CoordinatorOf returns the coordinator shard of the aggregate aggregateID
 // under the map in force: the shard holding the record of its aggregates
-// across shards (a hash of the ID).
+// across shards (a hash of the ID over the map's home shards, so a
+// resharding that grows the map does not change it).
 func (s *Store) CoordinatorOf(aggregateID string) int {
-	return coordinatorOf(aggregateID, len(s.topo.Load().shards))
+	return s.topo.Load().coordinatorOf(aggregateID)
 }
 
 // CommitAggregate applies every participant or none: in the shard that
@@ -166,7 +167,7 @@ func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (auth
 // two-phase protocol's to finish: its coordinator shard's (where an
 // aggregate across shards, or of that shard alone, is recorded).
 func (t *topology) viaProtocol(fence authority.Fence, i int) bool {
-	return t.coord != nil && i == coordinatorOf(fence.AggregateID, len(t.shards))
+	return t.coord != nil && i == t.coordinatorOf(fence.AggregateID)
 }
 
 // locate returns the shard of t holding fence's record: the coordinator
@@ -188,7 +189,7 @@ func (s *Store) locate(ctx context.Context, t *topology, fence authority.Fence) 
 	}
 	switch len(found) {
 	case 0:
-		return coordinatorOf(fence.AggregateID, len(t.shards)), nil
+		return t.coordinatorOf(fence.AggregateID), nil
 	case 1:
 		s.aggs.put(fence, shardID(t.shards[found[0]]))
 		return found[0], nil

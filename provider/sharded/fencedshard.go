@@ -18,6 +18,14 @@ type fencedShard struct {
 	rev int64
 }
 
+// FencedShard returns st as a shard of the two-phase protocol whose every
+// call is fenced on st's shard map key at rev (etcd.WithShardMapRevision):
+// for a tool that finishes aggregates under a map it holds, as a
+// resharding's switch does over its frozen sources (package reshard).
+func FencedShard(st *etcdstore.Store, rev int64) twophase.Shard {
+	return fencedShard{twophase.EtcdShard(st), st, rev}
+}
+
 func (f fencedShard) at(ctx context.Context) context.Context {
 	return f.st.WithShardMapRevision(ctx, f.rev)
 }

@@ -85,7 +85,9 @@ func (s *Store) reloadFrom(ctx context.Context, base *topology) error {
 func (s *Store) build(base *topology, known []*shard, keys []etcdstore.MapKeys) (*topology, map[schema.ShardMapShard]int, error) {
 	inForce := base.smap
 	for _, k := range keys {
-		if k.Current != nil && k.Current.Epoch > inForce.Epoch {
+		// the stored map of the configured epoch too: it carries the home
+		// shards (HomeShards) a configuration does not name
+		if k.Current != nil && (k.Current.Epoch > inForce.Epoch || k.Current.Epoch == inForce.Epoch && inForce.HomeShards == 0) {
 			inForce = *k.Current
 		}
 	}

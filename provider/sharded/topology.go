@@ -296,9 +296,15 @@ func shardID(sh *shard) schema.ShardMapShard {
 // the topology's map.
 type router struct{ t *topology }
 
-func (r router) ShardOf(key authority.Key) int { return r.t.shardOf(key) }
-func (r router) CoordinatorOf(aggregateID string) int {
-	return coordinatorOf(aggregateID, len(r.t.shards))
+func (r router) ShardOf(key authority.Key) int        { return r.t.shardOf(key) }
+func (r router) CoordinatorOf(aggregateID string) int { return r.t.coordinatorOf(aggregateID) }
+
+// coordinatorOf returns the coordinator shard of aggregateID under t's map:
+// a hash of the ID over the map's home shards (schema.ShardMap.Homes), not
+// over all its shards, so that it stays the same when a resharding grows
+// the map (the record of an aggregate prepared before is found after).
+func (t *topology) coordinatorOf(aggregateID string) int {
+	return coordinatorOf(aggregateID, min(t.smap.Homes(), len(t.shards)))
 }
 
 // coordinatorOf returns the coordinator shard of aggregateID over n shards.

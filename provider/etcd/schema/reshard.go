@@ -278,6 +278,16 @@ const (
 	// directory key: it names no row, so every one is copied into the new
 	// shard and also stays.
 	MoveCopied
+	// MoveResolved is a row lock (SegRowLocks) of a cross-shard
+	// aggregate's commit: never copied, it does not follow its row. The
+	// switch resolves every lock of a moving row before the map switches
+	// (the aggregate applied, or its lock released, through the two-phase
+	// protocol over the frozen sources), so the rows move unlocked; the
+	// aggregate's record, capacity parts and part markers stay where they
+	// are (MoveStays: the record in its coordinator shard, which a growth
+	// does not change; a part of a moving row's shard is released by the
+	// abort of its prepared aggregate at the switch).
+	MoveResolved
 )
 
 // MoveKindOf classifies key (a key of l's namespace): its kind, the row of
@@ -310,6 +320,10 @@ func (l Layout) MoveKindOf(key string) (kind MoveKind, row authority.Key, epoch 
 		// an owner directory key names no row, but the placement keys it
 		// lists may move: it is copied, as terminals are
 		return MoveCopied, "", ""
+	case SegRowLocks:
+		return MoveResolved, authority.Key(tail), ""
+	case SegAggregateParts:
+		return MoveStays, "", ""
 	}
 	return MoveStays, "", ""
 }

@@ -23,8 +23,10 @@
 //  4. Switching: once the copy lags little, each source is frozen (its map
 //     key is put again, so every write routed before fails its map fence,
 //     and the switching key makes stores refuse writes of the rows that
-//     move with ErrMoving), the last changes are applied, prepared
-//     aggregates of moving rows are aborted, the owner generations are
+//     move with ErrMoving), prepared aggregates of moving rows are
+//     aborted (those across shards through the two-phase protocol) and
+//     every row lock left on a moving row is resolved (aggregates.go), the
+//     last changes are applied, the owner generations are
 //     copied, the switch is decided in the job record, and the next map is
 //     put in force in the new cluster, then in every source.
 //  5. Switched: the moved keys are deleted from the sources.

@@ -11,6 +11,7 @@ import (
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
+	"github.com/zlink-systems/authority/provider/sharded/twophase"
 )
 
 // switching freezes every source, applies their last changes, aborts the
@@ -22,10 +23,14 @@ func (j *job) switching(ctx context.Context) error {
 		if err := j.freeze(ctx); err != nil {
 			return err
 		}
+		through, err := j.settleAggregates(ctx)
+		if err != nil {
+			return err
+		}
 		j.at("applying the last changes")
-		err := j.follow(ctx, func(int64) (bool, error) {
-			for _, st := range j.rec.Sources {
-				if st.Applied < st.Frozen {
+		err = j.follow(ctx, func(int64) (bool, error) {
+			for i, st := range j.rec.Sources {
+				if st.Applied < max(st.Frozen, through[i]) {
 					return false, nil
 				}
 			}
@@ -37,9 +42,6 @@ func (j *job) switching(ctx context.Context) error {
 		case errors.Is(err, errAbort):
 			return nil
 		case err != nil:
-			return err
-		}
-		if err := j.abortAggregates(ctx); err != nil {
 			return err
 		}
 		if err := j.copyOwnerGenerations(ctx); err != nil {
@@ -125,8 +127,15 @@ func (j *job) flip(ctx context.Context, s *etcdstore.Store, name string) error {
 	return nil
 }
 
-// fenceList is the prepared aggregates of moving rows, by source.
-type fenceList [][]authority.Fence
+// fenceList is the prepared aggregates of moving rows, by source: their
+// fences, and whether each was prepared across shards (its record has an
+// incarnation).
+type fenceList [][]preparedAggregate
+
+type preparedAggregate struct {
+	fence authority.Fence
+	cross bool
+}
 
 func countFences(f fenceList) int {
 	n := 0
@@ -137,7 +146,8 @@ func countFences(f fenceList) int {
 }
 
 // movingAggregates lists, in each source, the prepared aggregates with a
-// participant that moves.
+// participant that moves: those of one shard in their shard, those across
+// shards in their coordinator shard.
 func (j *job) movingAggregates(ctx context.Context) (fenceList, error) {
 	out := make(fenceList, len(j.srcs))
 	from, to := len(j.rec.Move.From.Shards), len(j.rec.Move.To.Shards)
@@ -153,7 +163,7 @@ func (j *job) movingAggregates(ctx context.Context) (fenceList, error) {
 				}
 				for _, p := range rec.Request.Participants {
 					if sharded.Place(p.AuthorityKey, to) == from {
-						out[i] = append(out[i], rec.Request.Fence())
+						out[i] = append(out[i], preparedAggregate{fence: rec.Request.Fence(), cross: rec.Incarnation != ""})
 						break
 					}
 				}
@@ -169,18 +179,25 @@ func (j *job) movingAggregates(ctx context.Context) (fenceList, error) {
 
 // abortAggregates aborts, in each frozen source, the prepared aggregates
 // with a participant that moves (their commit could not apply once the
-// rows left): each abort is fenced on the source's frozen map, as their
-// coordinators' commits are.
-func (j *job) abortAggregates(ctx context.Context) error {
+// rows left): one of a shard by its shard's store, one across shards
+// through the two-phase protocol over the frozen sources (coord), each
+// write fenced on its source's frozen map, as their coordinators' commits
+// are.
+func (j *job) abortAggregates(ctx context.Context, coord *twophase.Coordinator) error {
 	prepared, err := j.movingAggregates(ctx)
 	if err != nil {
 		return err
 	}
-	for i, fences := range prepared {
-		for _, f := range fences {
+	for i, aggs := range prepared {
+		for _, a := range aggs {
+			f := a.fence
 			j.at(fmt.Sprintf("aborting aggregate %s/%d of moving rows in shard %d", f.AggregateID, f.AggregateGeneration, i))
-			fctx := etcdstore.WithShardMapRevision(ctx, j.rec.Sources[i].Frozen)
-			if _, err := j.srcs[i].AbortAggregate(fctx, f); err != nil {
+			if a.cross {
+				_, err = coord.AbortAggregate(ctx, f)
+			} else {
+				_, err = j.srcs[i].AbortAggregate(etcdstore.WithShardMapRevision(ctx, j.rec.Sources[i].Frozen), f)
+			}
+			if err != nil {
 				return fmt.Errorf("shard %d: aborting aggregate %s: %w", i, f.AggregateID, err)
 			}
 			j.m.abortedAggregate()

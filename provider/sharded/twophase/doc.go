@@ -73,4 +73,14 @@
 // it unchanged, so no attempt of the old base can decide) and releases the
 // lock, leaving the aggregate prepared; a reader answers the row as read.
 // Every step is idempotent, so a retry after an unknown outcome is safe.
+//
+// # Resharding
+//
+// A growth of the shard map (package provider/sharded/reshard) moves rows
+// but never a record: the coordinator shard is a hash over the map's home
+// shards, which every growth keeps. A row lock, a capacity part and a part
+// marker do not move either: with its sources frozen, the switch runs this
+// protocol over them (each call fenced on the frozen map) to abort every
+// prepared aggregate with a participant that moves and to resolve every
+// lock left on a moving row, before the rows' last changes are copied.
 package twophase

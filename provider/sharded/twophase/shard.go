@@ -9,9 +9,11 @@ import (
 
 // Router says where a sharded store keeps things: the shard of a row (every
 // key the store writes for a row lives there) and the coordinator shard of
-// an aggregate (where its record lives). It must answer the same for the
-// life of a record: a shard map that changes moves records and locks with
-// it.
+// an aggregate (where its record lives). CoordinatorOf must answer the same
+// for the life of a record (a sharded store hashes over its map's home
+// shards, which a resharding keeps); ShardOf may change only where no row
+// lock is held (a resharding resolves every lock of a row before the row
+// moves: package reshard).
 type Router interface {
 	// ShardOf returns the index of the shard holding the row at key.
 	ShardOf(key authority.Key) int
