@@ -297,8 +297,10 @@ func (j *job) missingLeases(ctx context.Context) ([]string, error) {
 }
 
 // cleanup deletes from every source the keys of the rows it moved, fenced
-// on the next map being in force there.
+// on the next map being in force there: the rows and owner index entries
+// first, then the capacity entries with their budget (moveBudgets).
 func (j *job) cleanup(ctx context.Context) error {
+	mapRevs := make([]int64, len(j.srcs))
 	for i, s := range j.srcs {
 		j.at(fmt.Sprintf("deleting the moved keys from shard %d", i))
 		k, err := s.Moves().ReadMap(ctx)
@@ -311,7 +313,8 @@ func (j *job) cleanup(ctx context.Context) error {
 		if err := listKeys(ctx, s, "", func(kvs []*kvT) error {
 			var rels []string
 			for _, kv := range kvs {
-				if c, ok := j.moving(i, kv, false); ok && !strings.HasPrefix(c.rel, schema.SegReservations+"/") && !strings.HasPrefix(c.rel, schema.SegTerminals+"/") {
+				if c, ok := j.moving(i, kv, false); ok && !strings.HasPrefix(c.rel, schema.SegReservations+"/") && !strings.HasPrefix(c.rel, schema.SegTerminals+"/") &&
+					!strings.HasPrefix(c.rel, schema.SegCapacity+"/") {
 					rels = append(rels, c.rel)
 				}
 			}
@@ -330,6 +333,10 @@ func (j *job) cleanup(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("shard %d: %w", i, err)
 		}
+		mapRevs[i] = k.CurrentRev
+	}
+	if err := j.moveBudgets(ctx, mapRevs); err != nil {
+		return err
 	}
 	return j.next(ctx, schema.PhaseDone)
 }
