@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -134,13 +135,20 @@ func (m *Mover) AddShard(i int, sh Shard) error {
 	switch {
 	case sh == nil || i < 0 || i > len(m.shards) || len(m.shards) >= 1<<16:
 		return authority.Invalid(fmt.Sprintf("escrow: cannot add shard %d to %d shards.", i, len(m.shards)))
-	case i < len(m.shards) && m.shards[i] == sh:
+	case i < len(m.shards) && sameShard(m.shards[i], sh):
 		return nil
 	case i < len(m.shards):
 		return authority.Invalid(fmt.Sprintf("escrow: shard %d is already another shard's.", i))
 	}
 	m.shards = append(m.shards, sh)
 	return nil
+}
+
+// sameShard reports whether a and b are the same comparable value (a
+// Shard of an uncomparable type is never the same).
+func sameShard(a, b Shard) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta != nil && ta.Comparable() && a == b
 }
 
 // Shards returns the mover's shard count (Config.Shards, and every shard

@@ -412,3 +412,28 @@ func markLiveIn(t *testing.T, c etcdstore.Config) {
 		t.Errorf("mark TargetB live in the new cluster: %v", err)
 	}
 }
+
+// TestOneShardStoreRefusesPolicyAfterGrowth: a store opened over one shard
+// runs no capacity escrow; once its map grew to two it refuses a capacity
+// policy (ErrCapacityNeedsEscrow, also ErrInvalidArgument), which each
+// shard would check on its own rows only, and keeps working without one.
+func TestOneShardStoreRefusesPolicyAfterGrowth(t *testing.T) {
+	ctx := t.Context()
+	cs := clusters(t)
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:]})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	grow(t, cs, 1, func(c *reshard.Config) { c.LeaseWait = 100 * time.Millisecond })
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	err = s.SetCapacityPolicy(ctx, nodeBLimit(1))
+	require.ErrorIs(t, err, sharded.ErrCapacityNeedsEscrow)
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	require.NoError(t, s.SetCapacityPolicy(ctx, nil), "no policy is still accepted")
+	fx := conformance.NewFixture(t, harness(s, nil))
+	for i := range 3 { // over the limit the refused policy would have set
+		res, err := s.Reserve(ctx, actorReservation(fmt.Sprintf("after-%d", i)))
+		require.NoError(t, err)
+		require.Equal(t, authority.KindReserved, res.Kind)
+	}
+	require.Equal(t, int64(3), fx.ActorUsage(conformance.NodeB).Reserved)
+}
