@@ -2,6 +2,7 @@ package sharded
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +46,9 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 
 // SetCapacityPolicy replaces the placement capacity policy (nil: every
 // placement fits) in every shard, and in the clusters a resharding adds
-// later (a store with capacity escrow does not follow a grown map). Over several shards it then takes back
+// later. A store opened over one shard (no capacity escrow) whose map grew
+// to several refuses a policy (ErrCapacityNeedsEscrow, also
+// ErrInvalidArgument; nothing changes). Over several shards it then takes back
 // every shard's unused budget (escrow.Mover.ReconcileAll with reclaim), so
 // that a lowered limit governs the next placements at once: until that
 // finishes, budget granted under the previous policy stays usable. An error
@@ -56,6 +59,18 @@ func (s *Store) SetCapacityPolicy(ctx context.Context, p authority.CapacityPolic
 	}
 	if p != nil && s.cfg.NoCapacityPolicy {
 		return authority.Invalid("This store was opened with NoCapacityPolicy: it runs no capacity escrow, so it takes no capacity policy; open one without NoCapacityPolicy.")
+	}
+	if s.mover == nil && !s.cfg.ReadOnly {
+		// a store opened over one shard runs no escrow: it takes a policy
+		// only while its map has one shard (publishGrown refuses to grow
+		// under a policy, checked under the same lock)
+		s.grow.mu.Lock()
+		defer s.grow.mu.Unlock()
+		if t := s.topo.Load(); p != nil && len(t.shards) > 1 {
+			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+				"The shard map grew to %d shards (epoch %d) under a store opened over one shard, which runs no capacity escrow: a capacity policy over several shards needs it; reopen the store over the grown map.",
+				len(t.shards), t.smap.Epoch), ErrCapacityNeedsEscrow)
+		}
 	}
 	s.pol.Store(&policyBox{p})
 	for _, sh := range s.topo.Load().stores() {

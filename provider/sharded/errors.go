@@ -20,13 +20,14 @@ var ErrShardMapMismatch = errors.New("sharded: shard map mismatch")
 // and writes nothing.
 var ErrCrossShardAggregate = errors.New("sharded: aggregate spans shards")
 
-// ErrCapacityNeedsEscrow reports a shard map that grew under a store whose
-// capacity escrow cannot follow it: a store opened over one shard with a
-// capacity policy (it runs no escrow, so each shard would check the policy
-// against its own rows only), or one running escrow over the shards it
-// opened with (its budget ledgers are placed by that shard count). The
-// store keeps routing by the map it had, whose writes the map fence now
-// refuses (wrapping authority.ErrUnavailable); reopen it with the new map.
+// ErrCapacityNeedsEscrow reports a shard map that grew to several shards
+// under a store opened over one shard, which runs no capacity escrow (each
+// shard would check a capacity policy against its own rows only): with a
+// policy it does not route by the grown map (the map fence refuses its
+// writes, wrapping authority.ErrUnavailable), and without one it refuses a
+// policy afterwards (SetCapacityPolicy, wrapping
+// authority.ErrInvalidArgument). Reopen it over the grown map. A store
+// opened over several shards runs escrow and follows a grown map.
 var ErrCapacityNeedsEscrow = errors.New("sharded: the capacity escrow does not follow the grown shard map")
 
 // shardError is an error of one shard's store, naming the shard.

@@ -142,17 +142,22 @@ func extends(grown, m schema.ShardMap) bool {
 }
 
 // publishGrown publishes next, and takes the store's owner leases in every
-// store next writes to that base did not.
+// store next writes to that base did not. A store running capacity escrow
+// first adds the shards next has beyond its mover's to the mover (their
+// stores were opened with its hooks, openSpares), so that escrow covers
+// every shard operations are routed to.
 func (s *Store) publishGrown(next, base *topology) error {
-	if s.mover != nil && len(next.shards) != len(base.shards) {
-		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
-			"The shard map grew to %d shards (epoch %d): a store running capacity escrow over %d shards does not follow a resharding; reopen it with the new map.",
-			len(next.shards), next.smap.Epoch, len(base.shards)), ErrCapacityNeedsEscrow)
-	}
 	if p := s.policy(); p != nil && s.mover == nil && len(next.shards) > 1 && len(base.shards) == 1 {
 		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
 			"The shard map grew to %d shards (epoch %d): a capacity policy over several shards needs capacity escrow, which a store opened over one shard does not run; reopen the store with the new map, or without the policy.",
 			len(next.shards), next.smap.Epoch), ErrCapacityNeedsEscrow)
+	}
+	if s.mover != nil {
+		for i := s.mover.Shards(); i < len(next.shards); i++ {
+			if err := s.mover.AddShard(i, next.shards[i].store.Budget()); err != nil {
+				return inShard(i, err)
+			}
+		}
 	}
 	var added []*shard
 	for _, sh := range next.stores() {
@@ -160,12 +165,12 @@ func (s *Store) publishGrown(next, base *topology) error {
 			added = append(added, sh)
 		}
 	}
-	s.publish(next)
 	if p := s.policy(); p != nil {
 		for _, sh := range added {
 			sh.store.SetCapacityPolicy(p)
 		}
 	}
+	s.publish(next)
 	if len(added) > 0 {
 		s.background(func() { s.owners.extend(s, added) })
 	}
@@ -191,7 +196,11 @@ func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard
 		if !wanted || sp.opened != nil {
 			continue
 		}
-		sh, err := openShard(ctx, s.cfg.storeConfig(s.cfg.Spares[j], i), i)
+		sc := s.cfg.storeConfig(s.cfg.Spares[j], i)
+		if s.mover != nil {
+			sc.CapacityEscrow = s.mover.Hook(i) // added to the mover when the map names it (publishGrown)
+		}
+		sh, err := openShard(ctx, sc, i)
 		if err != nil {
 			if sh != nil {
 				_ = sh.store.Close()

@@ -32,7 +32,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.life, s.endLife = context.WithCancel(context.Background())
 	if n > 1 && !cfg.ReadOnly && !cfg.NoCapacityPolicy {
 		var err error
-		if s.mover, err = escrow.New(escrow.Config{Shards: n, Chunk: cfg.EscrowChunk, Logger: cfg.Logger}); err != nil {
+		if s.mover, err = escrow.New(escrow.Config{Shards: n, Home: s.homeShard, Chunk: cfg.EscrowChunk, Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
@@ -72,6 +72,19 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.watchMap()
 	return s, nil
+}
+
+// homeShard is the capacity escrow's home shard of a node (its ledgers):
+// escrow.HomeShard over the map's Homes(), the shard count of the first
+// map with several shards, which a resharding keeps, so a node's ledgers
+// stay where they are when the map grows. -1 (which the mover refuses)
+// before New read the map; nothing asks the mover before.
+func (s *Store) homeShard(node authority.NodeDescriptor) int {
+	t := s.topo.Load()
+	if t == nil {
+		return -1
+	}
+	return escrow.HomeShard(node, t.smap.Homes())
 }
 
 // openShard opens one shard's etcd store (sc fenced on the shard map) and

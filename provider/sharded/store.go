@@ -27,9 +27,8 @@ type Store struct {
 	// aggs remembers the shard each aggregate was prepared in.
 	aggs *fenceCache
 	// mover moves capacity budget between the shards (nil over one shard,
-	// and for a read-only store). It serves the shards the store opened
-	// with: a store with a mover does not follow a map that grew
-	// (ErrCapacityNeedsEscrow).
+	// and for a read-only store); a shard a resharding adds is added to it
+	// when the store follows the grown map (publishGrown).
 	mover  *escrow.Mover
 	closed atomic.Bool
 	// owners are the store's live owner leases, which a shard added by a

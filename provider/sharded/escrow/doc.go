@@ -15,8 +15,8 @@
 //     admitted only if s's usage of N (reserved + active) plus the request
 //     fits the slice, counter by counter, and its Txn compares the slice's
 //     ModRevision next to N's capacity epoch;
-//   - N's home shard (Config.Home, by default a hash of the node) holds N's
-//     ledger (schema.BudgetLedger): per shard, Given and Taken, cumulative.
+//   - N's home shard (Config.Home, by default a hash of the node; it stays
+//     when a resharding grows the map) holds N's ledger (schema.BudgetLedger): per shard, Given and Taken, cumulative.
 //     Granted = Σ over shards of Given - Taken;
 //   - the Mover moves budget: Grow (a shard's slice is short), Reconcile
 //     (finish transfers left in flight) and Reclaim (give slack back).
@@ -104,13 +104,51 @@
 // slack already in slices stays usable until Reclaim (or ReconcileAll with
 // reclaim) gives it back.
 //
+// # Resharding: budgets follow the moved rows
+//
+// A resharding (package provider/sharded/reshard) appends a cluster to the
+// map and moves rows into it. Homes do not move: a sharded store's Home is
+// HomeShard over the map's Homes(), the shard count of its first map with
+// several shards, which every grown map keeps; a store following the grown
+// map adds the new shard to its mover (AddShard), its store opened with
+// Hook(n). The limit holds across the move:
+//
+//   - Copy to switch: the job copies a moved row's capacity key into the
+//     new cluster without any slice check, but no placement there is
+//     admitted before the switch; the source still counts the row.
+//   - Switch to cleanup: the row's capacity is in both clusters: in the
+//     source as a stale copy (no write reaches it; its slice still covers
+//     it) and in the new cluster, whose slice lacks it. A placement in the
+//     new cluster asks the ledger for its usage beyond the slice, moved
+//     rows included: counted twice, conservative. Claim 3 holds with the
+//     stale copies in the sources' usage.
+//   - Cleanup, per node lifecycle: the job first covers the new cluster's
+//     slice: the ledger gives it what its usage lacks, at most what the
+//     sources' stale copies hold, without asking the policy (Granted then
+//     counts the moved rows twice: only above the truth). Then each source
+//     deletes its stale copies and, in the same Txn, returns their budget
+//     from its slice (Returned += their capacity; etcd
+//     Moves.DeleteMovedCapacity), so the freed budget never shows as slack
+//     a source could admit into; the ledger is credited. Granted is back
+//     to what the policy admitted, the new cluster's slice holding the
+//     moved rows' part.
+//
+// Deleting the stale copies without the return would leave slack in the
+// sources that a reclaim hands back to the ledger while the new cluster's
+// usage stays outside every slice: the next grants would not count it
+// (TestEscrowFollowsGrowth over-admits without it). The cover is bounded
+// by the stale copies the sources still hold: a cover above what they
+// return would be budget no policy admitted. The job deletes the moved
+// rows and owner index entries first, so nothing but this step deletes a
+// stale copy afterwards.
+//
 // # Using it
 //
 // The sharded store builds one Mover for its shard map, gives each shard's
 // Config the mover's Hook(i), opens the stores, and attaches each one's
 // Budget():
 //
-//	m, err := escrow.New(escrow.Config{Shards: len(clusters), Home: homeOf})
+//	m, err := escrow.New(escrow.Config{Shards: len(clusters), Home: homeOf}) // HomeShard over the map's Homes()
 //	for i := range clusters {
 //		cfg[i].CapacityPolicy = policy
 //		cfg[i].CapacityEscrow = m.Hook(i)

@@ -35,8 +35,11 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 	if err != nil {
 		return err
 	}
-	if s < 0 || s >= len(shards) {
+	if s < 0 || s >= 1<<16 {
 		return authority.Invalid(fmt.Sprintf("escrow: shard %d of %d.", s, len(shards)))
+	}
+	if s >= len(shards) {
+		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf("capacity escrow: shard %d is not added yet (%d shards)", s, len(shards)), errNotAttached)
 	}
 	if err := authority.ValidateCapacityVector(req.Need); err != nil {
 		return err
@@ -47,7 +50,7 @@ func (m *Mover) Grow(ctx context.Context, s int, req etcdstore.BudgetRequest) er
 	if !covers(req.Want, req.Need) {
 		req.Want = req.Need // not Need and more of its shape: ask for Need alone
 	}
-	h, err := m.home(req.Node)
+	h, err := m.home(req.Node, len(shards))
 	if err != nil {
 		return err
 	}

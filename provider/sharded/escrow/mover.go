@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,9 @@ type Config struct {
 	// shard i's line in a ledger is line i.
 	Shards int
 	// Home returns the shard that holds a node's ledgers (default
-	// HomeShard over Shards). It must not change while the shards run.
+	// HomeShard over Shards). It must not change while the shards run,
+	// also when AddShard grows them: a sharded store passes HomeShard over
+	// its map's Homes(), which a resharding keeps.
 	Home func(node authority.NodeDescriptor) int
 	// Chunk: a grow first asks for Chunk times the waiting requests (then
 	// less, down to what waits, when the policy refuses that much), so the
@@ -109,13 +112,51 @@ func (m *Mover) Hook(i int) etcdstore.CapacityEscrow { return hook{m: m, shard: 
 
 // Attach gives the mover shard i's steps (usually store.Budget()).
 func (m *Mover) Attach(i int, sh Shard) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if i < 0 || i >= len(m.shards) || sh == nil {
 		return authority.Invalid(fmt.Sprintf("escrow: cannot attach shard %d of %d.", i, len(m.shards)))
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.shards[i] = sh
 	return nil
+}
+
+// AddShard grows the mover by shard i, attached to sh: the cluster a
+// resharding appends to the shard map (package provider/sharded/reshard),
+// whose store was opened with Hook(i). i must be the mover's shard count
+// (the next index); adding the same sh at an index it already holds does
+// nothing, so a caller may retry. Node homes stay where Config.Home puts
+// them. A Grow, Reconcile or Reclaim that already took the shard list goes
+// on with the shards it had; the next ones see the new shard. Safe next to
+// running steps and other AddShard calls.
+func (m *Mover) AddShard(i int, sh Shard) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case sh == nil || i < 0 || i > len(m.shards) || len(m.shards) >= 1<<16:
+		return authority.Invalid(fmt.Sprintf("escrow: cannot add shard %d to %d shards.", i, len(m.shards)))
+	case i < len(m.shards) && sameShard(m.shards[i], sh):
+		return nil
+	case i < len(m.shards):
+		return authority.Invalid(fmt.Sprintf("escrow: shard %d is already another shard's.", i))
+	}
+	m.shards = append(m.shards, sh)
+	return nil
+}
+
+// sameShard reports whether a and b are the same comparable value (a
+// Shard of an uncomparable type is never the same).
+func sameShard(a, b Shard) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta != nil && ta.Comparable() && a == b
+}
+
+// Shards returns the mover's shard count (Config.Shards, and every shard
+// AddShard added).
+func (m *Mover) Shards() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.shards)
 }
 
 type hook struct {
@@ -142,11 +183,11 @@ func (m *Mover) ready() ([]Shard, error) {
 	return slices.Clone(m.shards), nil
 }
 
-// home returns the index of node's home shard, checked.
-func (m *Mover) home(node authority.NodeDescriptor) (int, error) {
+// home returns the index of node's home shard among shards, checked.
+func (m *Mover) home(node authority.NodeDescriptor, shards int) (int, error) {
 	h := m.cfg.Home(node)
-	if h < 0 || h >= m.cfg.Shards {
-		return 0, authority.Invalid(fmt.Sprintf("escrow: Home returned shard %d of %d.", h, m.cfg.Shards))
+	if h < 0 || h >= shards {
+		return 0, authority.Invalid(fmt.Sprintf("escrow: Home returned shard %d of %d.", h, shards))
 	}
 	return h, nil
 }

@@ -59,7 +59,10 @@ func (m *Mover) settle(ctx context.Context, shards []Shard, h int, node authorit
 	var wg sync.WaitGroup
 	for k, i := range lines {
 		if i >= len(shards) {
-			errs[k] = authority.Wrap(authority.ErrCorrupt, fmt.Sprintf("capacity escrow: the ledger of %s/%s@%d has a line for shard %d of %d", node.MeshName, node.RID, lifecycle, i, len(shards)), nil)
+			// a shard a resharding added, which this mover has not
+			// added yet (its store follows the grown map at its next
+			// reload): nothing is decided without it
+			errs[k] = authority.Wrap(authority.ErrUnavailable, fmt.Sprintf("capacity escrow: the ledger of %s/%s@%d has a line for shard %d, which this store does not know yet (%d shards)", node.MeshName, node.RID, lifecycle, i, len(shards)), errNotAttached)
 			continue
 		}
 		wg.Go(func() { errs[k] = m.settleShard(ctx, shards, h, i, node, lifecycle, led.Shards[i].Given, release) })
@@ -113,7 +116,7 @@ func (m *Mover) forNode(node authority.NodeDescriptor) ([]Shard, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	h, err := m.home(node)
+	h, err := m.home(node, len(shards))
 	return shards, h, err
 }
 
@@ -135,7 +138,7 @@ func (m *Mover) ReconcileAll(ctx context.Context, reclaim bool) (int, error) {
 			errs = append(errs, err)
 		}
 		for _, nl := range nodes {
-			if home, herr := m.home(nl.Node); herr != nil || home != h {
+			if home, herr := m.home(nl.Node, len(shards)); herr != nil || home != h {
 				errs = append(errs, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf(
 					"capacity escrow: the ledger of %s/%s@%d is in shard %d, not its home shard", nl.Node.MeshName, nl.Node.RID, nl.Lifecycle, h), herr))
 				continue

@@ -116,6 +116,9 @@ func (cfg *Config) check() error {
 // the job.
 func storeConfig(sc etcdstore.Config) etcdstore.Config {
 	sc.ShardMapFence = true
+	// the job admits no placement; its ledger grants (budget.go) move
+	// budget the sources return, which no policy is asked about
+	sc.CapacityPolicy, sc.CapacityEscrow = nil, nil
 	if sc.Role == "" {
 		sc.Role = "reshard"
 	}

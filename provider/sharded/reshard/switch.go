@@ -314,8 +314,10 @@ func (j *job) missingLeases(ctx context.Context) ([]string, error) {
 }
 
 // cleanup deletes from every source the keys of the rows it moved, fenced
-// on the next map being in force there.
+// on the next map being in force there: the rows and owner index entries
+// first, then the capacity entries with their budget (moveBudgets).
 func (j *job) cleanup(ctx context.Context) error {
+	mapRevs := make([]int64, len(j.srcs))
 	for i, s := range j.srcs {
 		j.at(fmt.Sprintf("deleting the moved keys from shard %d", i))
 		k, err := s.Moves().ReadMap(ctx)
@@ -328,12 +330,14 @@ func (j *job) cleanup(ctx context.Context) error {
 		if err := listKeys(ctx, s, "", func(kvs []*kvT) error {
 			var rels []string
 			for _, kv := range kvs {
-				// the keys that moved with their rows; the copied ones
-				// (terminals, owner directory keys) stay too
+				// the keys that moved with their rows (the copied ones,
+				// terminals and owner directory keys, stay too); capacity
+				// entries and placement keys go with their budget
+				// (budget.go)
 				if kind, _, _ := s.Moves().KindOf(string(kv.Key)); kind != schema.MoveWithRow {
 					continue
 				}
-				if c, ok := j.moving(i, kv, false); ok {
+				if c, ok := j.moving(i, kv, false); ok && !strings.HasPrefix(c.rel, schema.SegCapacity+"/") {
 					rels = append(rels, c.rel)
 				}
 			}
@@ -352,6 +356,10 @@ func (j *job) cleanup(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("shard %d: %w", i, err)
 		}
+		mapRevs[i] = k.CurrentRev
+	}
+	if err := j.moveBudgets(ctx, mapRevs); err != nil {
+		return err
 	}
 	return j.next(ctx, schema.PhaseDone)
 }
