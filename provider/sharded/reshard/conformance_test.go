@@ -41,26 +41,11 @@ func resharded(t *testing.T) *conformance.Harness {
 	h := harness(s, clock)
 	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.claim(key) }
 	h.ExpireScans = compactAll
-	h.Skip = crossShardSubtests
 	if etcdtest.External() {
 		h.ExpireScans = nil
 	}
 	return h
 }
-
-// crossShardSubtests are the conformance subtests whose aggregates have
-// participants in several of the 3 shards: without the cross-shard
-// protocol the store refuses them (docs/deviations.md D3), as on a
-// namespace created with three shards (the map is the same).
-var crossShardSubtests = map[string]string{
-	"AggregatePrepare/ConflictPreservedOwnerNotLive": deviationCrossShard,
-	"AggregateCommit/StalePreservedOwnerNotLive":     deviationCrossShard,
-	"OwnershipToken/KeptByWritesOfTheSameOwner":      deviationCrossShard,
-	"OwnershipToken/RandomOperationSequences":        deviationCrossShard,
-}
-
-const deviationCrossShard = "its aggregate has participants in several shards, which the store refuses without " +
-	"Config.CrossShard (docs/deviations.md D3)"
 
 // TestConformanceAfterResharding runs the shared suite on namespaces grown
 // from one cluster to three by the resharding job.
