@@ -273,13 +273,16 @@ func (g *globals) probe(ctx context.Context, c *clientv3.Client, statuses []endp
 
 // store opens the provider's store on a dialled client; close releases both.
 // Unless the command writes, the store is read-only (etcdstore.Config
-// ReadOnly): opening it writes nothing, and it refuses every write.
+// ReadOnly): opening it writes nothing, and it refuses every write. It is a
+// shard member (etcdstore.Config ShardMember): its commands (prune, remove,
+// upgrade finalize) work on the one namespace they are pointed at, which
+// may be one shard of several, on purpose.
 func (g *globals) store(ctx context.Context, writes bool) (*etcdstore.Store, *clientv3.Client, func(), error) {
 	c, _, err := g.dial(ctx, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes})
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes, ShardMember: true})
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, authority.ErrAccessDenied) {
