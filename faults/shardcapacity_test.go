@@ -60,7 +60,7 @@ func openCapSet(t *testing.T, clusters []*etcdcluster.Cluster, ns string, policy
 	set := &capSet{mover: m}
 	for i, c := range clusters {
 		s, err := etcd.New(settle(t), etcd.Config{Client: c.Client(t), Namespace: ns, RequestTimeout: outageWriteTimeout,
-			SkipVersionCheck: true, CapacityPolicy: policy, CapacityEscrow: m.Hook(i)})
+			SkipVersionCheck: true, CapacityPolicy: policy, CapacityEscrow: m.Hook(i), ShardMember: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -273,16 +273,19 @@ func (g *globals) probe(ctx context.Context, c *clientv3.Client, statuses []endp
 
 // store opens the provider's store on a dialled client; close releases both.
 // Unless the command writes, the store is read-only (etcdstore.Config
-// ReadOnly): opening it writes nothing, and it refuses every write.
+// ReadOnly): opening it writes nothing, and it refuses every write. It is a
+// shard member (etcdstore.Config ShardMember): its commands (prune, remove,
+// upgrade finalize) work on the one namespace they are pointed at, which
+// may be one shard of several, on purpose.
 func (g *globals) store(ctx context.Context, writes bool) (*etcdstore.Store, *clientv3.Client, func(), error) {
 	c, _, err := g.dial(ctx, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// ShardMapFence: authorityctl may write one shard of a sharded namespace
+	// ShardMember: authorityctl may write one shard of a sharded namespace
 	// directly (remove-owner, prune-epochs, upgrade finalize of each shard);
 	// its writes carry no map revision, so they are not fenced on the map
-	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes, ShardMapFence: true})
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: c, Namespace: g.namespace, Role: "authorityctl", ReadOnly: !writes, ShardMember: true})
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, authority.ErrAccessDenied) {

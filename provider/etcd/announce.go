@@ -90,7 +90,9 @@ func buildName() string {
 
 // startVersion announces the store and learns the namespace's active
 // version (bootstrapping an empty namespace at Latest), refusing one this
-// build cannot work at; then it follows the version and keeps the
+// build cannot work at, and, before writing anything, a namespace that is
+// one shard of several unless the store is a shard member
+// (refuseShardedNamespace); then it follows the version and keeps the
 // announcement alive until Close. A read-only store only reads and follows
 // the version.
 func (s *Store) startVersion(ctx context.Context, cfg Config) error {
@@ -106,7 +108,14 @@ func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 	if s.readOnly {
 		return s.startReadOnly(ctx)
 	}
-	if err := s.bootstrapVersion(ctx); err != nil {
+	var err error
+	if !cfg.ShardMember && !cfg.ShardMapFence {
+		err = s.refuseShardedNamespace(ctx)
+	}
+	if err == nil {
+		err = s.bootstrapVersion(ctx)
+	}
+	if err != nil {
 		close(s.version.followed)
 		return err
 	}

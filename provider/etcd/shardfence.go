@@ -186,33 +186,3 @@ func (s *Store) CheckShardMap(ctx context.Context) error {
 	_, err := s.read(ctx)
 	return err
 }
-
-// ErrShardedNamespace reports a store without Config.ShardMapFence opened on
-// the namespace of one shard of a map of several shards, or of a namespace
-// a resharding is moving rows out of: it would write rows without routing
-// them by the map, and without the fence that refuses writes under a map no
-// longer in force. Open such namespaces through provider/sharded. New
-// refuses it (a read-only store opens: it writes nothing; so does a store
-// with ShardMapFence, which knows it works on a shard: provider/sharded's,
-// or a tool's writing one shard directly, as authorityctl's).
-var ErrShardedNamespace = errors.New("etcd: the namespace is a shard of a sharded store")
-
-// refuseSharded refuses an unfenced writing store on a sharded namespace.
-func (s *Store) refuseSharded(ctx context.Context, cfg Config) error {
-	if cfg.ShardMapFence || cfg.ReadOnly {
-		return nil
-	}
-	k, err := s.Moves().ReadMap(ctx)
-	if err != nil {
-		return err
-	}
-	switch {
-	case k.Pending != nil:
-		return fmt.Errorf("%w: namespace %s: resharding job %s is moving rows to map epoch %d; open it with provider/sharded",
-			ErrShardedNamespace, s.keys.Namespace(), k.Pending.Job, k.Pending.To.Epoch)
-	case k.Current != nil && len(k.Current.Shards) > 1:
-		return fmt.Errorf("%w: namespace %s is one of the %d shards of map epoch %d; open it with provider/sharded",
-			ErrShardedNamespace, s.keys.Namespace(), len(k.Current.Shards), k.Current.Epoch)
-	}
-	return nil
-}

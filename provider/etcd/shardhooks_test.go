@@ -146,3 +146,51 @@ func TestListPageAtAndHasAggregate(t *testing.T) {
 }
 
 func clientv3WithPrefix() []clientv3.OpOption { return []clientv3.OpOption{clientv3.WithPrefix()} }
+
+// TestNewRefusesAShardOfSeveral: a writing store opens a namespace without
+// a shard map or with a map of one shard, and refuses one whose map lists
+// several (ErrShardedNamespace, ErrInvalidArgument) without writing: no
+// announcement, no version key. A read-only store or a shard member opens.
+func TestNewRefusesAShardOfSeveral(t *testing.T) {
+	ctx := context.Background()
+	one := etcdtest.Namespace()
+	writer := newStore(t, nil, etcdstore.Config{Namespace: one, ShardMember: true})
+	m := shardMapOf(one)
+	m.Shards = m.Shards[:1]
+	created, _, err := writer.CreateShardMap(ctx, m)
+	require.NoError(t, err)
+	require.True(t, created)
+	newStore(t, nil, etcdstore.Config{Namespace: one}) // a map of one shard: opens
+
+	several := etcdtest.Namespace()
+	t.Cleanup(func() { _, _ = shared.Delete(ctx, several, clientv3.WithPrefix()) })
+	m = shardMapOf(several)
+	m.Epoch = 7
+	_, err = shared.Put(ctx, schema.NewLayout(several).ShardMap(), m.Encode())
+	require.NoError(t, err)
+	before, err := shared.Get(ctx, several, clientv3.WithPrefix())
+	require.NoError(t, err)
+	s, err := etcdstore.New(ctx, etcdstore.Config{Client: shared, Namespace: several})
+	if s != nil {
+		_ = s.Close()
+	}
+	require.ErrorIs(t, err, etcdstore.ErrShardedNamespace)
+	require.ErrorIs(t, err, authority.ErrInvalidArgument)
+	require.ErrorContains(t, err, "namespace "+several+" is one shard of a store over 2 etcd clusters (shard map epoch 7)")
+	after, err := shared.Get(ctx, several, clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, after.Kvs, 1, "the refused New wrote in the namespace")
+	require.Equal(t, before.Kvs[0].ModRevision, after.Kvs[0].ModRevision)
+	newStore(t, nil, etcdstore.Config{Namespace: several, ReadOnly: true})
+	newStore(t, nil, etcdstore.Config{Namespace: several, ShardMember: true})
+
+	corrupt := etcdtest.Namespace()
+	t.Cleanup(func() { _, _ = shared.Delete(ctx, corrupt, clientv3.WithPrefix()) })
+	_, err = shared.Put(ctx, schema.NewLayout(corrupt).ShardMap(), "not a map")
+	require.NoError(t, err)
+	s, err = etcdstore.New(ctx, etcdstore.Config{Client: shared, Namespace: corrupt})
+	if s != nil {
+		_ = s.Close()
+	}
+	require.ErrorIs(t, err, authority.ErrCorrupt, "an undecodable map is not taken for no map")
+}

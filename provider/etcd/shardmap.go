@@ -2,16 +2,31 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/provider/etcd/internal/txnkit"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 )
 
 // The shard map in a shard's namespace (package provider/sharded composes
-// one Store per shard and checks the map at New). The provider itself never
-// reads it: a namespace without a map is the one-shard case.
+// one Store per shard and checks the map at New). The provider itself reads
+// it only at New, to refuse a plain writing store on one shard of several
+// (ErrShardedNamespace): a namespace without a map is the one-shard case.
+
+// ErrShardedNamespace reports a namespace that is one shard of a store over
+// several etcd clusters (its shard map lists more than one shard), opened by
+// a writing store that is not one of that store's shards: its writes would
+// skip the map's routing, the capacity escrow and the cross-shard row locks,
+// placing rows in the wrong shard or admitting capacity twice. New refuses
+// it before writing anything, with an error wrapping this and
+// authority.ErrInvalidArgument that names the namespace, the map's epoch and
+// its shard count: open the namespace with provider/sharded. A read-only
+// store opens, and so does a store with Config.ShardMember.
+var ErrShardedNamespace = errors.New("etcd: namespace is one shard of a store over several clusters")
 
 // ShardMapState is what a namespace holds of the shard map.
 type ShardMapState struct {
@@ -81,4 +96,43 @@ func decodeShardMapState(kv *mvccpbKV) (ShardMapState, error) {
 		return ShardMapState{}, err
 	}
 	return ShardMapState{Map: m, Found: true}, nil
+}
+
+// refuseShardedNamespace is New's check of a writing store that is not a
+// shard member (Config.ShardMember or ShardMapFence): it reads the
+// namespace's shard map keys and refuses one of several shards, or one a
+// resharding is moving rows out of (ErrShardedNamespace): such a store's
+// writes would not be fenced on the map, so one could be acknowledged under
+// a map no longer in force. It writes nothing.
+func (s *Store) refuseShardedNamespace(ctx context.Context) error {
+	resp, err := s.kv.Get(ctx, s.keys.ShardMapPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return mapError(err, false)
+	}
+	for _, kv := range resp.Kvs {
+		switch string(kv.Key) {
+		case s.keys.ShardMap():
+			m, err := schema.DecodeShardMap(kv)
+			if err != nil || len(m.Shards) <= 1 {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+				"namespace %s is one shard of a store over %d etcd clusters (shard map epoch %d): open it with provider/sharded, "+
+					"not as a single-cluster store (Config.ShardMember is for a shard's own store)",
+				s.keys.Namespace(), len(m.Shards), m.Epoch), ErrShardedNamespace)
+		case s.keys.ShardMovePending():
+			mv, err := schema.DecodeShardMove(kv)
+			if err != nil {
+				return err
+			}
+			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+				"namespace %s: resharding job %s is moving rows to shard map epoch %d (%d shards): open it with provider/sharded, "+
+					"not as a single-cluster store",
+				s.keys.Namespace(), mv.Job, mv.To.Epoch, len(mv.To.Shards)), ErrShardedNamespace)
+		}
+	}
+	return nil
 }

@@ -113,6 +113,13 @@ type Config struct {
 	// read-only store is invisible to `upgrade status` and to Finalize.
 	ReadOnly bool
 
+	// ShardMember says the store serves one shard of a store over several
+	// clusters (provider/sharded sets it), or is a tool writing one shard
+	// directly on purpose (authorityctl). Without it, New of a writing store
+	// refuses a namespace whose shard map lists several shards
+	// (ErrShardedNamespace), writing nothing.
+	ShardMember bool
+
 	// Role is what the process announces itself as under the namespace
 	// (default "store"; authorityctl announces "authorityctl").
 	Role string
@@ -278,10 +285,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	if err := s.startVersion(ctx, cfg); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	if err := s.refuseSharded(ctx, cfg); err != nil {
 		_ = s.Close()
 		return nil, err
 	}

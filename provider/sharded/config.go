@@ -143,6 +143,7 @@ func (cfg *Config) storeConfig(sc etcdstore.Config, i int) etcdstore.Config {
 	sc.ShardMapFence = true
 	sc.Clock, sc.IdentityClaims, sc.ReadOnly, sc.Role, sc.Build = cfg.Clock, cfg.IdentityClaims, cfg.ReadOnly, cfg.Role, cfg.Build
 	sc.CapacityPolicy = cfg.CapacityPolicy
+	sc.ShardMember = true // routing, escrow and row locks are this store's
 	label := fmt.Sprint(i)
 	if cfg.Registerer != nil {
 		sc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"shard": label}, cfg.Registerer)

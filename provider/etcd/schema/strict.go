@@ -179,6 +179,11 @@ func (w *aggregateWire) check() error {
 		if err := storedText(p.Key, "participant key"); err != nil {
 			return err
 		}
+		// a version may be empty (the row absent), but is text: format 1
+		// (JSON) could not hold it otherwise
+		if p.Version != "" && storedText(p.Version, "participant version") != nil {
+			return fmt.Errorf("participant %q version is not text", p.Key)
+		}
 		if p.Transition != string(authority.TransitionPreserve) && p.Transition != string(authority.TransitionNewOwner) {
 			return fmt.Errorf("participant transition %q is unknown", p.Transition)
 		}
