@@ -75,7 +75,7 @@ func harnessFor(s *sharded.Store, clock *authority.ManualClock) *conformance.Har
 // escrowSubtests are the conformance subtests that check which usage the
 // capacity policy is shown: over several shards each shard shows it its own
 // usage, and the ledger the budget granted as reserved with nothing active,
-// never the node's usage over every shard (docs/deviations.md D1, K1).
+// never the node's usage over every shard (docs/deviations.md D1, B1).
 var escrowSubtests = map[string]string{
 	"Capacity/PolicySeesUsage":          deviationPolicyView,
 	"AggregatePolicy/SeesTargetUsage":   deviationPolicyView,

@@ -73,7 +73,7 @@
 // mover left every Config.ReconcileInterval (ReconcileEscrow). The policy
 // must be monotone on requested + reserved + active per counter; it is shown
 // one shard's usage or the budget granted, never the node's usage over
-// every shard (docs/deviations.md D1, K1–K4). A store of one shard takes a
+// every shard (docs/deviations.md D1, B1–B4). A store of one shard takes a
 // policy as the etcd store does, without escrow.
 //
 // # Aggregates
