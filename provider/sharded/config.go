@@ -94,6 +94,15 @@ type Config struct {
 	RefuseCrossShardAggregates bool
 }
 
+// runsEscrow reports whether the store runs capacity escrow: a writing
+// store that may take a capacity policy, over several shards, or over one
+// shard when it can follow a resharding onto more (Spares), so that the
+// capacity placed before the first growth is in its node's budget and the
+// store follows the grown map with its policy (docs/deviations.md G10).
+func (cfg *Config) runsEscrow() bool {
+	return !cfg.ReadOnly && !cfg.NoCapacityPolicy && (len(cfg.Shards) > 1 || len(cfg.Spares) > 0)
+}
+
 // check refuses a configuration New cannot open, before anything connects.
 func (cfg *Config) check() error {
 	if len(cfg.Shards) < 1 || len(cfg.Shards) > schema.MaxShards {

@@ -30,7 +30,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	n := len(cfg.Shards)
 	s := &Store{cfg: cfg}
 	s.life, s.endLife = context.WithCancel(context.Background())
-	if n > 1 && !cfg.ReadOnly && !cfg.NoCapacityPolicy {
+	if cfg.runsEscrow() {
 		var err error
 		if s.mover, err = escrow.New(escrow.Config{Shards: n, Home: s.homeShard, Chunk: cfg.EscrowChunk, Logger: cfg.Logger}); err != nil {
 			return nil, err
@@ -62,7 +62,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err == nil {
 		err = s.load(ctx, t)
 	}
-	if err == nil && n > 1 {
+	if err == nil && (n > 1 || s.mover != nil) {
 		err = s.startProtocols()
 	}
 	if err != nil {
@@ -75,16 +75,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // homeShard is the capacity escrow's home shard of a node (its ledgers):
-// escrow.HomeShard over the map's Homes(), the shard count of the first
-// map with several shards, which a resharding keeps, so a node's ledgers
-// stay where they are when the map grows. -1 (which the mover refuses)
-// before New read the map; nothing asks the mover before.
+// escrow.HomeOf the map in force, which no resharding changes (shard 0 in
+// a namespace that grew from one cluster, else HomeShard over the map's
+// Homes()), so a node's ledgers stay where they are when the map grows.
+// -1 (which the mover refuses) before New read the map; nothing asks the
+// mover before.
 func (s *Store) homeShard(node authority.NodeDescriptor) int {
 	t := s.topo.Load()
 	if t == nil {
 		return -1
 	}
-	return escrow.HomeShard(node, t.smap.Homes())
+	return escrow.HomeOf(node, t.smap)
 }
 
 // openShard opens one shard's etcd store (sc fenced on the shard map) and

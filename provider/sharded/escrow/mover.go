@@ -95,6 +95,18 @@ func New(cfg Config) (*Mover, error) {
 	return &Mover{cfg: cfg, shards: make([]Shard, cfg.Shards), slow: reclaimQueues{m: map[string]*reclaimQueue{}}}, nil
 }
 
+// HomeOf is the home shard of a node's ledgers in a namespace whose map in
+// force is m, which no resharding of it changes: shard 0 in a namespace of
+// one shard and in one that grew from one cluster (m.Raw: its ledgers were
+// placed there while it had one shard), else HomeShard over m.Homes() (the
+// shard count of its first map, which a resharding keeps).
+func HomeOf(node authority.NodeDescriptor, m schema.ShardMap) int {
+	if m.Raw {
+		return 0
+	}
+	return HomeShard(node, m.Homes())
+}
+
 // HomeShard is the default home of a node's ledgers: FNV-1a of its mesh
 // name and RID, modulo shards.
 func HomeShard(node authority.NodeDescriptor, shards int) int {

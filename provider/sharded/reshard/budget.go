@@ -89,7 +89,7 @@ func (j *job) shardStore(i int) *etcdstore.Store {
 // run whose receipt was lost), then a grant of the rest.
 func (j *job) coverNew(ctx context.Context, mn *movedNode) (schema.Budget, error) {
 	n := len(j.srcs)
-	home := j.shardStore(escrow.HomeShard(mn.node, j.rec.Move.To.Homes())).Budget()
+	home := j.shardStore(escrow.HomeOf(mn.node, j.rec.Move.To)).Budget()
 	dst := j.dst.Budget()
 	led, err := home.Ledger(ctx, mn.node, mn.lifecycle)
 	if err != nil {
@@ -147,7 +147,7 @@ func capacitiesOf(b schema.Budget) []authority.CapacityVector {
 // their budget from the source's slice in the same Txn, and credits the
 // ledger with what each source returned.
 func (j *job) returnMoved(ctx context.Context, mn *movedNode, mapRevs []int64) error {
-	home := j.shardStore(escrow.HomeShard(mn.node, j.rec.Move.To.Homes())).Budget()
+	home := j.shardStore(escrow.HomeOf(mn.node, j.rec.Move.To)).Budget()
 	for i, rels := range mn.rels {
 		returned := false
 		for len(rels) > 0 {

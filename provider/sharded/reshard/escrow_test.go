@@ -87,6 +87,8 @@ func (w *escrowWriter) reserve(ctx context.Context) bool {
 	key := w.fx.Key(authority.ObjectActor, req.Key.GlobalID)
 	res, err := w.s.Reserve(ctx, req)
 	switch {
+	case errors.Is(err, sharded.ErrCapacityNeedsEscrow):
+		w.run.fail(fmt.Errorf("reserve %s: the store did not follow the map: %w", key, err))
 	case errors.Is(err, authority.ErrUnavailable):
 		w.run.retried.Add(1) // ErrMoving, contention, a map reload: retry later
 	case err != nil:

@@ -16,7 +16,8 @@ import (
 
 // switching freezes every source, applies their last changes, aborts the
 // prepared aggregates of moving rows, copies the owner generations,
-// decides the switch (the job record's one decision), and puts the next
+// covers capacity a source of one shard holds beyond its budget slices
+// (trueup.go), decides the switch (the job record's one decision), and puts the next
 // map in force in the new cluster, then in every source.
 func (j *job) switching(ctx context.Context) error {
 	if j.rec.Decision != schema.DecisionSwitch {
@@ -45,6 +46,9 @@ func (j *job) switching(ctx context.Context) error {
 			return err
 		}
 		if err := j.copyOwnerGenerations(ctx); err != nil {
+			return err
+		}
+		if err := j.trueUp(ctx); err != nil {
 			return err
 		}
 
