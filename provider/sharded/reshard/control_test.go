@@ -326,19 +326,26 @@ func (admitAll) PlacementCapacityAvailable(authority.NodeDescriptor, authority.C
 	return true
 }
 
-// TestCapacityPolicyDoesNotFollowWithoutEscrow: a store of one shard with a
-// capacity policy and no escrow does not route by a map grown to two
-// shards (the policy would be checked per shard): its operations fail with
-// ErrCapacityNeedsEscrow (also ErrUnavailable), writing nothing.
-func TestCapacityPolicyDoesNotFollowWithoutEscrow(t *testing.T) {
+// TestOneShardStoreWithPolicyFollowsOnlyWithSpares: a store of one shard
+// with a capacity policy and Spares runs capacity escrow and routes by the
+// map grown to two shards; one without Spares (no escrow, and no way to
+// reach the new cluster) does not: its operations fail with
+// ErrUnavailable naming the cluster, writing nothing.
+func TestOneShardStoreWithPolicyFollowsOnlyWithSpares(t *testing.T) {
 	ctx := context.Background()
 	cs := clusters(t)
-	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:], CapacityPolicy: admitAll{}})
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: admitAll{}})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
+	plain, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], CapacityPolicy: admitAll{}})
+	require.NoError(t, err)
+	defer func() { _ = plain.Close() }()
 	grow(t, cs, 1, func(c *reshard.Config) { c.LeaseWait = 100 * time.Millisecond })
-	_, err = s.ReadAuthority(ctx, "user_spot/after")
-	require.ErrorIs(t, err, sharded.ErrCapacityNeedsEscrow)
+	require.Eventually(t, func() bool {
+		_, err := s.ReadAuthority(ctx, "user_spot/after")
+		return err == nil && s.Shards() == 2
+	}, time.Minute, 10*time.Millisecond)
+	_, err = plain.ReadAuthority(ctx, "user_spot/after")
 	require.ErrorIs(t, err, authority.ErrUnavailable)
-	require.Equal(t, 1, s.Shards())
+	require.Equal(t, 1, plain.Shards())
 }

@@ -123,7 +123,7 @@ func (w *escrowWriter) abort(ctx context.Context) {
 	renumbered := false
 	for ctx.Err() == nil {
 		out, err := w.s.Abort(ctx, req)
-		if errors.Is(err, authority.ErrUnavailable) {
+		if errors.Is(err, authority.ErrUnavailable) && !errors.Is(err, sharded.ErrCapacityNeedsEscrow) {
 			w.run.retried.Add(1)
 			time.Sleep(time.Millisecond)
 			continue
@@ -415,27 +415,31 @@ func markLiveIn(t *testing.T, c etcdstore.Config) {
 	}
 }
 
-// TestOneShardStoreRefusesPolicyAfterGrowth: a store opened over one shard
-// runs no capacity escrow; once its map grew to two it refuses a capacity
-// policy (ErrCapacityNeedsEscrow, also ErrInvalidArgument), which each
-// shard would check on its own rows only, and keeps working without one.
-func TestOneShardStoreRefusesPolicyAfterGrowth(t *testing.T) {
+// TestOneShardStoreTakesPolicyAfterGrowth: a store opened over one shard
+// with Spares and no policy runs capacity escrow, so once its map grew to
+// two it takes a capacity policy, which then holds over both shards: NodeB
+// takes exactly the limit, with reservations in each shard.
+func TestOneShardStoreTakesPolicyAfterGrowth(t *testing.T) {
 	ctx := t.Context()
 	cs := clusters(t)
-	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:]})
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2]})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	grow(t, cs, 1, func(c *reshard.Config) { c.LeaseWait = 100 * time.Millisecond })
-	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
-	err = s.SetCapacityPolicy(ctx, nodeBLimit(1))
-	require.ErrorIs(t, err, sharded.ErrCapacityNeedsEscrow)
-	require.ErrorIs(t, err, authority.ErrInvalidArgument)
-	require.NoError(t, s.SetCapacityPolicy(ctx, nil), "no policy is still accepted")
 	fx := conformance.NewFixture(t, harness(s, nil))
-	for i := range 3 { // over the limit the refused policy would have set
-		res, err := s.Reserve(ctx, actorReservation(fmt.Sprintf("after-%d", i)))
+	for i := range 2 {
+		res, err := s.Reserve(ctx, actorReservation(fmt.Sprintf("before-%d", i)))
 		require.NoError(t, err)
 		require.Equal(t, authority.KindReserved, res.Kind)
 	}
-	require.Equal(t, int64(3), fx.ActorUsage(conformance.NodeB).Reserved)
+	grow(t, cs, 1, func(c *reshard.Config) { c.LeaseWait = 100 * time.Millisecond })
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	fx.SetLive(conformance.TargetB, true) // in the new cluster too
+	require.NoError(t, s.SetCapacityPolicy(ctx, nodeBLimit(5)))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	in1 := fillShard(t, s, fx, run, 1, "after1")
+	in0 := fillShard(t, s, fx, run, 0, "after0")
+	require.Equal(t, 3, in0+in1, "the limit of 5 over both shards, 2 held before")
+	require.NotZero(t, in1, "admitted in the new shard")
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(5), u.Active+u.Reserved)
 }
