@@ -46,8 +46,9 @@ func (s *Store) CapacityUsage(ctx context.Context, node authority.NodeDescriptor
 
 // SetCapacityPolicy replaces the placement capacity policy (nil: every
 // placement fits) in every shard, and in the clusters a resharding adds
-// later. A store opened over one shard (no capacity escrow) whose map grew
-// to several refuses a policy (ErrCapacityNeedsEscrow, also
+// later. A store that runs no capacity escrow (opened over one shard
+// without Spares) whose map grew to several refuses a policy
+// (ErrCapacityNeedsEscrow, also
 // ErrInvalidArgument; nothing changes). Over several shards it then takes back
 // every shard's unused budget (escrow.Mover.ReconcileAll with reclaim), so
 // that a lowered limit governs the next placements at once: until that
@@ -61,14 +62,14 @@ func (s *Store) SetCapacityPolicy(ctx context.Context, p authority.CapacityPolic
 		return authority.Invalid("This store was opened with NoCapacityPolicy: it runs no capacity escrow, so it takes no capacity policy; open one without NoCapacityPolicy.")
 	}
 	if s.mover == nil && !s.cfg.ReadOnly {
-		// a store opened over one shard runs no escrow: it takes a policy
+		// a store opened over one shard without Spares runs no escrow: it takes a policy
 		// only while its map has one shard (publishGrown refuses to grow
 		// under a policy, checked under the same lock)
 		s.grow.mu.Lock()
 		defer s.grow.mu.Unlock()
 		if t := s.topo.Load(); p != nil && len(t.shards) > 1 {
 			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-				"The shard map grew to %d shards (epoch %d) under a store opened over one shard, which runs no capacity escrow: a capacity policy over several shards needs it; reopen the store over the grown map.",
+				"The shard map grew to %d shards (epoch %d) under a store opened over one shard without Spares, which runs no capacity escrow: a capacity policy over several shards needs it; reopen the store over the grown map.",
 				len(t.shards), t.smap.Epoch), ErrCapacityNeedsEscrow)
 		}
 	}

@@ -38,7 +38,10 @@ type Config struct {
 	// Shards and whose others are among Spares (a node restarted with the
 	// configuration it had before the map grew). Without Spares a store
 	// cannot follow its map onto a cluster it does not know: its operations
-	// then fail with ErrUnavailable naming the cluster.
+	// then fail with ErrUnavailable naming the cluster. A store over one
+	// shard with Spares runs capacity escrow from New on (unless ReadOnly or
+	// NoCapacityPolicy), so that it keeps its capacity policy across the
+	// first growth (docs/deviations.md G10).
 	Spares []etcdstore.Config
 
 	// Clock is every shard's clock (default the wall clock).
@@ -68,7 +71,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// NoCapacityPolicy declares that this store never takes a capacity
-	// policy: over several shards it then runs no capacity escrow, and a
+	// policy: over several shards (or one, with Spares) it then runs no
+	// capacity escrow, and a
 	// reservation is one Txn in its shard, as on one cluster without a
 	// policy, instead of a group commit fenced on the node's budget slice
 	// (BenchmarkShards: ≈ 2× the reserve+commit pairs a second over 3

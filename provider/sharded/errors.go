@@ -21,13 +21,15 @@ var ErrShardMapMismatch = errors.New("sharded: shard map mismatch")
 var ErrCrossShardAggregate = errors.New("sharded: aggregate spans shards")
 
 // ErrCapacityNeedsEscrow reports a shard map that grew to several shards
-// under a store opened over one shard, which runs no capacity escrow (each
-// shard would check a capacity policy against its own rows only): with a
-// policy it does not route by the grown map (the map fence refuses its
-// writes, wrapping authority.ErrUnavailable), and without one it refuses a
-// policy afterwards (SetCapacityPolicy, wrapping
-// authority.ErrInvalidArgument). Reopen it over the grown map. A store
-// opened over several shards runs escrow and follows a grown map.
+// under a store that runs no capacity escrow (one opened over one shard
+// without Spares; each shard would check a capacity policy against its own
+// rows only): with a policy it does not route by the grown map (wrapping
+// authority.ErrUnavailable), and without one it refuses a policy
+// afterwards (SetCapacityPolicy, wrapping authority.ErrInvalidArgument).
+// Such a store cannot reach a cluster a resharding adds anyway (its reload
+// fails first, ErrUnavailable naming the cluster): this is the guard behind
+// it. A store opened over several shards, or over one with Spares, runs
+// escrow and follows a grown map with its policy.
 var ErrCapacityNeedsEscrow = errors.New("sharded: the capacity escrow does not follow the grown shard map")
 
 // shardError is an error of one shard's store, naming the shard.

@@ -145,11 +145,14 @@ func extends(grown, m schema.ShardMap) bool {
 // store next writes to that base did not. A store running capacity escrow
 // first adds the shards next has beyond its mover's to the mover (their
 // stores were opened with its hooks, openSpares), so that escrow covers
-// every shard operations are routed to.
+// every shard operations are routed to: so does a store opened over one
+// shard with Spares, whose mover had that one shard (Config.runsEscrow). A
+// store with a policy and no escrow refuses the grown map
+// (ErrCapacityNeedsEscrow).
 func (s *Store) publishGrown(next, base *topology) error {
 	if p := s.policy(); p != nil && s.mover == nil && len(next.shards) > 1 && len(base.shards) == 1 {
 		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
-			"The shard map grew to %d shards (epoch %d): a capacity policy over several shards needs capacity escrow, which a store opened over one shard does not run; reopen the store with the new map, or without the policy.",
+			"The shard map grew to %d shards (epoch %d): a capacity policy over several shards needs capacity escrow, which a store opened over one shard without Spares does not run; reopen the store with the new map or with Spares, or without the policy.",
 			len(next.shards), next.smap.Epoch), ErrCapacityNeedsEscrow)
 	}
 	if s.mover != nil {

@@ -15,8 +15,9 @@
 //     admitted only if s's usage of N (reserved + active) plus the request
 //     fits the slice, counter by counter, and its Txn compares the slice's
 //     ModRevision next to N's capacity epoch;
-//   - N's home shard (Config.Home, by default a hash of the node; it stays
-//     when a resharding grows the map) holds N's ledger (schema.BudgetLedger): per shard, Given and Taken, cumulative.
+//   - N's home shard (Config.Home, by default a hash of the node; a sharded
+//     store's is HomeOf its map, which stays when a resharding grows the
+//     map) holds N's ledger (schema.BudgetLedger): per shard, Given and Taken, cumulative.
 //     Granted = Σ over shards of Given - Taken;
 //   - the Mover moves budget: Grow (a shard's slice is short), Reconcile
 //     (finish transfers left in flight) and Reclaim (give slack back).
@@ -108,11 +109,24 @@
 //
 // A resharding (package provider/sharded/reshard) appends a cluster to the
 // map and moves rows into it. Homes do not move: a sharded store's Home is
-// HomeShard over the map's Homes(), the shard count of its first map with
-// several shards, which every grown map keeps; a store following the grown
-// map adds the new shard to its mover (AddShard), its store opened with
-// Hook(n). The limit holds across the move:
+// HomeOf its map: shard 0 in a namespace of one shard and in one that grew
+// from one cluster (ShardMap.Raw), else HomeShard over the map's Homes(),
+// the shard count of its first map, which every grown map keeps. A store
+// following the grown map adds the new shard to its mover (AddShard), its
+// store opened with Hook(n). The limit holds across the move:
 //
+//   - First growth, at the switch: over one cluster, stores without escrow
+//     (without Spares, or of an earlier build) admitted placements on the
+//     cluster's usage alone, which may lie beyond N's slice there. Over one
+//     shard that is exact (a grow asks for the slice's lack next to all the
+//     usage, so Granted covers it before the policy decides); with a second
+//     shard a grow there would not count it. Once the source is frozen
+//     (every write routed before fails its map fence; a store without
+//     Spares cannot route again) and before the grown map is in force
+//     anywhere, the job gives each node lifecycle's slice what it lacks for
+//     the usage, from the ledger, without asking the policy (which
+//     admitted that usage). A concurrent grow covering it too counts it
+//     twice: only above the truth, until a reclaim.
 //   - Copy to switch: the job copies a moved row's capacity key into the
 //     new cluster without any slice check, but no placement there is
 //     admitted before the switch; the source still counts the row.
@@ -148,7 +162,7 @@
 // Config the mover's Hook(i), opens the stores, and attaches each one's
 // Budget():
 //
-//	m, err := escrow.New(escrow.Config{Shards: len(clusters), Home: homeOf}) // HomeShard over the map's Homes()
+//	m, err := escrow.New(escrow.Config{Shards: len(clusters), Home: homeOf}) // HomeOf the map in force
 //	for i := range clusters {
 //		cfg[i].CapacityPolicy = policy
 //		cfg[i].CapacityEscrow = m.Hook(i)
@@ -158,8 +172,10 @@
 //	// now and then, and after lowering a limit (reclaim true):
 //	visited, err := m.ReconcileAll(ctx, false)
 //
-// Only a namespace of more than one shard needs it: a one-shard namespace
-// runs without escrow, as today's store does. Every store writing a shard
-// of a sharded namespace must run in escrow mode: one that does not checks
-// no slice.
+// A sharded store runs it over several shards, and over one shard when it
+// has Spares (so that its placements are in N's budget when the map grows,
+// and it follows the growth with its policy); without Spares a one-shard
+// store runs without escrow, as a single-cluster store does. Every store
+// writing a shard of a namespace of several shards must run in escrow
+// mode: one that does not checks no slice.
 package escrow
