@@ -2,6 +2,8 @@ package sharded_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -47,25 +49,29 @@ func TestFinalizeMovesEveryShard(t *testing.T) {
 	require.Eventually(t, func() bool { return s.ActiveVersion() == storeversion.Latest }, time.Minute, 10*time.Millisecond)
 }
 
-// TestClusterIDNamesTheShardSet: ClusterID names the lineage of the shard
-// set: shard 0's cluster, as etcd.Store.ClusterID names a single cluster
-// (namespaces do not count there either), the same for every store of one
-// map, and unchanged when a resharding grows the map (shard 0 stays shard
-// 0; package reshard checks it), so a fence table keeps following it
+// TestClusterIDNamesTheShardSet: over several shards from the start
+// ClusterID names the shard set, as the release before resharding named it
+// (a digest of the map: a fence table it bound keeps working), the same
+// for every store of one map and another for another map
 // (fencing.Guard.ForCluster takes it); over one shard it is the cluster's.
+// A growth keeps both (clusterid_internal_test.go, package reshard's
+// tests).
 func TestClusterIDNamesTheShardSet(t *testing.T) {
 	ctx := context.Background()
 	shards := shardConfigs(t, clusterCount)
 	a := newStore(t, 0, sharded.Config{Shards: shards})
 	b := newStore(t, 0, sharded.Config{Shards: shards})
+	other := newStore(t, clusterCount, sharded.Config{})
 	idA, err := a.ClusterID(ctx)
 	require.NoError(t, err)
 	idB, err := b.ClusterID(ctx)
 	require.NoError(t, err)
-	require.Equal(t, idA, idB)
-	first, err := a.Shard(0).ClusterID(ctx)
+	idOther, err := other.ClusterID(ctx)
 	require.NoError(t, err)
-	require.Equal(t, first, idA)
+	require.Equal(t, idA, idB)
+	require.NotEqual(t, idA, idOther)
+	sum := sha256.Sum256([]byte(a.Map().Encode()))
+	require.Equal(t, "shards:"+hex.EncodeToString(sum[:16]), idA, "the earlier release's ID of this map")
 	g, err := fencing.NewGuard(fencing.PostgreSQL, "authority_fence")
 	require.NoError(t, err)
 	_, err = g.ForCluster(idA)

@@ -112,6 +112,8 @@ func TestGrowOneToTwoToThree(t *testing.T) {
 	before[committed.Key] = ready
 
 	where := placed(t, cs, 1)
+	clusterID, err := s.ClusterID(ctx)
+	require.NoError(t, err)
 	for n := 1; n < clusterCount; n++ {
 		reg := prometheus.NewRegistry()
 		var seen map[string]float64
@@ -131,6 +133,9 @@ func TestGrowOneToTwoToThree(t *testing.T) {
 		require.NoError(t, s.MarkLive(ctx, conformance.NodeB, 1, conformance.OwnerB, time.Minute)) // routes once: follows the map
 		require.Equal(t, n+1, s.Shards())
 		require.Equal(t, int64(n+1), s.Map().Epoch)
+		id, err := s.ClusterID(ctx)
+		require.NoError(t, err)
+		require.Equal(t, clusterID, id, "a growth keeps the ClusterID fence tables follow")
 		rows := placed(t, cs, n+1)
 		require.Len(t, rows, len(before)+1)
 		moved := 0
