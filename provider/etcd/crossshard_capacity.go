@@ -148,7 +148,7 @@ func (r *partReserve) attempt(ctx context.Context) (PartKind, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
-		if row == nil || row.Alloc.State != authority.AllocationActive || schema.Version(row.ModRev) != p.ExpectedStoreVersion {
+		if row == nil || row.Alloc.State != authority.AllocationActive || row.Version() != p.ExpectedStoreVersion {
 			return PartStale, true, nil
 		}
 		t.Cmp(modRevIs(s.keys.Row(p.AuthorityKey), row.ModRev))

@@ -344,7 +344,7 @@ func (b *lockBuild) fenceRow(p authority.AggregateParticipant, got txnkit.Reads)
 	if err != nil {
 		return "", err
 	}
-	if r == nil || r.Alloc.State != authority.AllocationActive || schema.Version(r.ModRev) != p.ExpectedStoreVersion {
+	if r == nil || r.Alloc.State != authority.AllocationActive || r.Version() != p.ExpectedStoreVersion {
 		return fmt.Sprintf("row %q is not active at version %s", p.AuthorityKey, p.ExpectedStoreVersion), nil
 	}
 	rowKey := s.keys.Row(p.AuthorityKey)
@@ -458,7 +458,7 @@ func (c CrossShard) buildApply(rec *CrossRecord, parts []authority.AggregatePart
 		if err != nil {
 			return nil, nil, err
 		}
-		if r == nil || schema.Version(r.ModRev) != p.ExpectedStoreVersion {
+		if r == nil || r.Version() != p.ExpectedStoreVersion {
 			// only a writer that ignores row locks (a build before
 			// storeversion.RowLocks) can change a locked row
 			return nil, nil, authority.Wrap(authority.ErrCorrupt, fmt.Sprintf("row %q changed while locked by aggregate %s/%d (written by a process that ignores row locks?)",

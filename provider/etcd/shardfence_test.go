@@ -214,7 +214,7 @@ func TestShardedNamespaceRefusesAPlainStore(t *testing.T) {
 			{ClusterID: "a", Namespace: "/a/"}, {ClusterID: "b", Namespace: "/b/"}}}.Encode()},
 		{"a move pending", schema.Layout.ShardMovePending, schema.ShardMove{Job: "j",
 			From: schema.ShardMap{Epoch: 1, Hash: "h", Shards: []schema.ShardMapShard{{ClusterID: "a", Namespace: "/a/"}}},
-			To:   schema.ShardMap{Epoch: 2, Hash: "h", HomeShards: 2, Raw: true, Shards: []schema.ShardMapShard{{ClusterID: "a", Namespace: "/a/"}, {ClusterID: "b", Namespace: "/b/"}}}}.Encode()},
+			To:   schema.ShardMap{Epoch: 2, Hash: "h", HomeShards: 1, Raw: true, Shards: []schema.ShardMapShard{{ClusterID: "a", Namespace: "/a/"}, {ClusterID: "b", Namespace: "/b/"}}}}.Encode()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			first := newStore(t, nil, etcdstore.Config{ShardMapFence: true})

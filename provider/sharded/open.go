@@ -75,9 +75,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // homeShard is the capacity escrow's home shard of a node (its ledgers):
-// escrow.HomeOf the map in force, which no resharding changes (shard 0 in
-// a namespace that grew from one cluster, else HomeShard over the map's
-// Homes()), so a node's ledgers stay where they are when the map grows.
+// escrow.HomeOf the map in force (HomeShard over its Homes(), which no
+// resharding changes), so a node's ledgers stay where they are when the
+// map grows.
 // -1 (which the mover refuses) before New read the map; nothing asks the
 // mover before.
 func (s *Store) homeShard(node authority.NodeDescriptor) int {

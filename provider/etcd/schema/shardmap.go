@@ -33,9 +33,11 @@ type ShardMap struct {
 	// HomeShards is the shard count whose hash places what must not move
 	// when the map grows: a cross-shard aggregate's coordinator record and
 	// a node's capacity escrow ledger (their home shards among the first
-	// HomeShards shards). A resharding sets it once, to the shard count of
-	// the first map with several shards, and keeps it; 0 (a map no
-	// resharding wrote) stands for len(Shards). Homes returns it.
+	// HomeShards shards). A resharding sets it once and keeps it: to the
+	// shard count of a map created with several shards, or to 1 when it
+	// grows a one-shard map (whose records and ledgers are all in that
+	// cluster, and stay there); 0 (a map no resharding wrote) stands for
+	// len(Shards). Homes returns it.
 	HomeShards int
 	// Raw says that every shard numbers its rows with its cluster's
 	// revisions unchanged (package provider/sharded, rowversion.go): a
@@ -58,14 +60,9 @@ func (m ShardMap) Homes() int {
 }
 
 // NextHomes returns the HomeShards of the map that grows m by one shard:
-// m's home shard count once it has several shards, else the two of the
-// grown map.
-func (m ShardMap) NextHomes() int {
-	if len(m.Shards) > 1 {
-		return m.Homes()
-	}
-	return 2
-}
+// m's home shard count, which is 1 for a map of one shard, so nothing
+// placed by it ever moves.
+func (m ShardMap) NextHomes() int { return m.Homes() }
 
 // ShardMapShard is one shard of a map: the etcd cluster (its cluster ID, as
 // etcdctl prints it) and the namespace the shard's keys live under.
@@ -106,8 +103,8 @@ func (m ShardMap) Check() error {
 	if len(m.Shards) < 1 || len(m.Shards) > MaxShards {
 		return fmt.Errorf("shard map lists %d shards, not 1 to %d", len(m.Shards), MaxShards)
 	}
-	if m.HomeShards != 0 && (m.HomeShards < 2 || m.HomeShards > len(m.Shards)) {
-		return fmt.Errorf("shard map places home shards over %d of its %d shards, not 2 to %d", m.HomeShards, len(m.Shards), len(m.Shards))
+	if m.HomeShards < 0 || m.HomeShards > len(m.Shards) {
+		return fmt.Errorf("shard map places home shards over %d of its %d shards, not 1 to %d", m.HomeShards, len(m.Shards), len(m.Shards))
 	}
 	seen := map[ShardMapShard]int{}
 	for i, s := range m.Shards {

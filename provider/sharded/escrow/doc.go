@@ -109,9 +109,9 @@
 //
 // A resharding (package provider/sharded/reshard) appends a cluster to the
 // map and moves rows into it. Homes do not move: a sharded store's Home is
-// HomeOf its map: shard 0 in a namespace of one shard and in one that grew
-// from one cluster (ShardMap.Raw), else HomeShard over the map's Homes(),
-// the shard count of its first map, which every grown map keeps. A store
+// HomeOf its map, HomeShard over the map's Homes(), which every grown map
+// keeps: the shard count of a map created with several shards, 1 (shard 0)
+// in a namespace that grew from one cluster. A store
 // following the grown map adds the new shard to its mover (AddShard), its
 // store opened with Hook(n). The limit holds across the move:
 //

@@ -96,14 +96,11 @@ func New(cfg Config) (*Mover, error) {
 }
 
 // HomeOf is the home shard of a node's ledgers in a namespace whose map in
-// force is m, which no resharding of it changes: shard 0 in a namespace of
-// one shard and in one that grew from one cluster (m.Raw: its ledgers were
-// placed there while it had one shard), else HomeShard over m.Homes() (the
-// shard count of its first map, which a resharding keeps).
+// force is m, which no resharding of it changes: HomeShard over m.Homes(),
+// the home shard count a resharding keeps (1, so shard 0, in a namespace of
+// one shard and in one that grew from one cluster). Cross-shard aggregate
+// coordinator records use the same count (package provider/sharded).
 func HomeOf(node authority.NodeDescriptor, m schema.ShardMap) int {
-	if m.Raw {
-		return 0
-	}
 	return HomeShard(node, m.Homes())
 }
 

@@ -357,3 +357,64 @@ func TestHomeShardsKeptBySecondGrowth(t *testing.T) {
 	require.Equal(t, authority.KindCommitted, res.Kind)
 	payloads(t, s, map[authority.Key]string{k0: id + ":" + string(k0), k1: id + ":" + string(k1)})
 }
+
+// TestGrownFromOneKeepsHomesInFirstCluster: a namespace grown from one
+// cluster keeps one home shard (Homes() 1 in every cluster's map, after
+// 1 → 2 and 2 → 3), so a cross-shard aggregate's coordinator record is in
+// cluster 0, where its escrow ledgers are too (escrow.HomeOf), even for an
+// ID a hash over two shards puts in shard 1; prepared on two shards, it
+// commits through a store on three.
+func TestGrownFromOneKeepsHomesInFirstCluster(t *testing.T) {
+	ctx := context.Background()
+	cs := clusters(t)
+	s := openStore(t, cs, 1, 1, nil)
+	lease, err := s.Registry().Acquire(ctx, conformance.NodeA, 1, "homes-owner", 20*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Close(context.Background()) })
+	e := &aggEnv{t: t, ctx: ctx, cs: cs, s: s, fx: conformance.NewFixture(t, harness(s, nil)),
+		from: conformance.Target(conformance.NodeA, 1, lease.Token())}
+	k0, r0 := e.row("home0", 0, 0)
+	k1, r1 := e.row("home1", 1, 1)
+	waits := func(c *reshard.Config) { c.LeaseWait, c.AggregateWait = 100*time.Millisecond, 100*time.Millisecond }
+	grow(t, cs, 1, waits)
+	requireHomes := func(n int) {
+		t.Helper()
+		for i := range n {
+			k, err := etcdMapKeys(ctx, cs[i])
+			require.NoError(t, err)
+			require.Len(t, k.Shards, n)
+			require.True(t, k.Raw)
+			require.Equal(t, 1, k.Homes(), "shard %d's map keeps one home shard", i)
+		}
+	}
+	requireHomes(2)
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	e.fx.SetLive(conformance.TargetB, true) // in the new cluster too
+	r0, r1 = e.fx.Read(k0).Snapshot, e.fx.Read(k1).Snapshot
+	var id string
+	for i := 0; id == ""; i++ {
+		c := fmt.Sprintf("homes-%d", i)
+		if sharded.PlaceCoordinator(c, schema.ShardMap{Shards: make([]schema.ShardMapShard, 2)}) == 1 {
+			id = c
+		}
+	}
+	res0, err := s.PrepareAggregate(ctx, e.request(id, map[authority.Key]*authority.Snapshot{k0: r0, k1: r1}))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindPrepared, res0.Kind, "%+v", res0)
+	f := res0.Fence
+	for i, want := range []int64{1, 0} {
+		l := schema.NewLayout(cs[i].Namespace)
+		resp, err := cs[i].Client.Get(ctx, l.Aggregate(f))
+		require.NoError(t, err)
+		require.Equal(t, want, resp.Count, "coordinator record of %s in shard %d", id, i)
+	}
+	grow(t, cs, 2, waits)
+	requireHomes(3)
+	s3, err := sharded.New(ctx, sharded.Config{Shards: cs[:3], Epoch: 3})
+	require.NoError(t, err)
+	defer func() { _ = s3.Close() }()
+	res, err := s3.CommitAggregate(ctx, f)
+	require.NoError(t, err)
+	require.Equal(t, authority.KindCommitted, res.Kind)
+	payloads(t, s3, map[authority.Key]string{k0: id + ":" + string(k0), k1: id + ":" + string(k1)})
+}
