@@ -110,7 +110,9 @@ func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 	}
 	var err error
 	if !cfg.ShardMember && !cfg.ShardMapFence {
-		err = s.refuseShardedNamespace(ctx)
+		var rev int64
+		rev, err = s.refuseShardedNamespace(ctx)
+		s.standing = standingFence{on: true, rev: rev}
 	}
 	if err == nil {
 		err = s.bootstrapVersion(ctx)

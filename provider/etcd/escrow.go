@@ -120,13 +120,17 @@ func (f sliceFence) fence(t *txnkit.Txn) {
 	}
 }
 
-// fenceCmps is how many compares the capacity fences add to a Txn: the
-// epoch, and in escrow mode the slice.
+// fenceCmps is how many compares the fences add to a reservation Txn: the
+// capacity epoch, in escrow mode the slice, and the shard map's.
 func (s *Store) fenceCmps() int {
+	n := 1
 	if s.escrow != nil {
-		return 2
+		n++
 	}
-	return 1
+	if s.shardFence || s.standing.on {
+		n++ // the map fence (shardfence.go)
+	}
+	return n
 }
 
 // grow asks the escrow for room for need (and want) on the node lifecycle's

@@ -126,7 +126,9 @@ func (s *Store) locksIn(resp *clientv3.TxnResponse) error {
 // on is ErrShardMapChanged.
 func (s *Store) sendRaw(ctx context.Context, t *txnkit.Txn, what string) (*clientv3.TxnResponse, error) {
 	t, mapRevs := s.fenceWrite(ctx, t)
-	if err := s.check(t, what); err != nil {
+	// the fenced Txn against etcd's own limits (planners keep room for
+	// the fence: keepFenceRoom)
+	if err := s.wire.Check(t, what); err != nil {
 		return nil, err
 	}
 	resp, err := s.batch.Commit(ctx, t)

@@ -30,13 +30,28 @@ import (
 // authority.ErrUnavailable: the operation may be retried once routed again.
 var ErrShardMapChanged = errors.New("etcd: the shard map changed")
 
+// The standing fence. A writing store that no router fences (neither
+// Config.ShardMapFence nor ShardMember: a single-cluster store) cannot
+// follow a shard map, so it fences every write Txn and row read on the map
+// key's ModRevision New read (0: absent): when a resharding freezes or
+// switches its cluster, the key moves and the store stops, with
+// ErrShardedNamespace (and ErrUnavailable), instead of acknowledging a
+// write the move would lose or answering a read of a row that moved.
+
+// standingFence is a single-cluster store's map fence: on, at rev.
+type standingFence struct {
+	on  bool
+	rev int64
+}
+
 type shardMapRevKey struct{}
 
 // shardMapRev is the map fence a context carries: rev, for the store st
-// (nil: any store).
+// (nil: any store); off: none (unfenced), not even a standing one.
 type shardMapRev struct {
 	st  *Store
 	rev int64
+	off bool
 }
 
 // WithShardMapRevision returns ctx carrying rev, the ModRevision of the
@@ -60,20 +75,44 @@ func (s *Store) WithShardMapRevision(ctx context.Context, rev int64) context.Con
 // unfenced returns ctx without a shard map revision (the steps of a
 // resharding read and write the map keys themselves).
 func unfenced(ctx context.Context) context.Context {
-	return context.WithValue(ctx, shardMapRevKey{}, nil)
+	return context.WithValue(ctx, shardMapRevKey{}, shardMapRev{off: true})
 }
 
 // mapFence returns the shard map revision ctx carries for s, when the
-// store is fenced on the map.
+// store is fenced on the map, or a single-cluster store's standing one.
 func (s *Store) mapFence(ctx context.Context) (int64, bool) {
-	if !s.shardFence {
-		return 0, false
-	}
 	f, ok := ctx.Value(shardMapRevKey{}).(shardMapRev)
-	if !ok || f.st != nil && f.st != s {
+	switch {
+	case ok && f.off:
+		return 0, false
+	case !s.shardFence:
+		return s.standing.rev, s.standing.on
+	case !ok || f.st != nil && f.st != s:
 		return 0, false
 	}
 	return f.rev, true
+}
+
+// keepFenceRoom lowers the request size every planner of a Txn uses
+// (s.maxBytes: the reservation group, pruning, rebinding, the write
+// batcher) by what the map fence adds to a write (fenceWrite: its compare
+// and the Else read of the map key), on a store whose writes carry one
+// (Config.ShardMapFence, or a single-cluster writing store's standing
+// fence), so that a Txn planned to fit still fits once fenced. (Operation
+// counts need no room: etcd bounds the compares, the Then and the Else
+// each, and the planners fill the Then; the reservation group counts the
+// fence's compare, fenceCmps.) sendRaw checks the fenced Txn against the
+// configured limits (s.wire).
+func (s *Store) keepFenceRoom(cfg Config) {
+	s.wire = s.limits()
+	if !cfg.ShardMapFence && (cfg.ReadOnly || cfg.ShardMember) {
+		return
+	}
+	key := s.keys.ShardMap()
+	room := &txnkit.Txn{}
+	room.Cmp(s.mapCmp(0))
+	room.OrGet(key, clientv3.WithKeysOnly())
+	s.maxBytes -= room.Bytes
 }
 
 // mapCmp is the compare of the shard map fence at rev.
@@ -91,7 +130,7 @@ func (s *Store) addMapFence(ctx context.Context, t *txnkit.Txn) {
 // revisions t compares (a group commit adds one per waiter); nil when t is
 // not fenced on the map.
 func (s *Store) fenceWrite(ctx context.Context, t *txnkit.Txn) (*txnkit.Txn, []int64) {
-	if !s.shardFence {
+	if !s.shardFence && !s.standing.on {
 		return t, nil
 	}
 	key := s.keys.ShardMap()
@@ -143,6 +182,12 @@ func (s *Store) mapChanged(resp *clientv3.TxnResponse, revs []int64) error {
 }
 
 func (s *Store) mapMoved(routed, at int64) error {
+	if !s.shardFence {
+		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
+			"Namespace %s: a resharding froze or switched this cluster (its shard map key is at revision %d, not %d as when this store opened), "+
+				"and a single-cluster store cannot follow a shard map: it refuses every write and row read; open the namespace with provider/sharded.",
+			s.keys.Namespace(), at, routed), ErrShardedNamespace)
+	}
 	return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
 		"The shard map of namespace %s is at revision %d, not %d as routed: a resharding moved it on; route again.",
 		s.keys.Namespace(), at, routed), ErrShardMapChanged)

@@ -85,10 +85,52 @@ func TestShardMapFence(t *testing.T) {
 	plain := newStore(t, nil, etcdstore.Config{Clock: clock})
 	pfx := conformance.NewFixture(t, harnessFor(plain, clock))
 	prow := pfx.Active(authority.ObjectUserSpot, "plain", conformance.TargetA)
-	putShardMap(t, plain, 1)
 	res, err = plain.CompareExchangeAuthority(at0, pfx.Key(authority.ObjectUserSpot, "plain"), prow.StoreVersion, authority.Put([]byte("x")))
 	require.NoError(t, err)
-	require.Equal(t, authority.KindStored, res.Kind)
+	require.Equal(t, authority.KindStored, res.Kind, "a single-cluster store ignores a context's map revision")
+}
+
+// TestSingleClusterStoreStopsWhenItsMapMoves: a single-cluster writing
+// store (neither ShardMapFence nor ShardMember) fences its writes and row
+// reads on the shard map key as New read it, so when a resharding freezes
+// or switches its cluster (the key moves) every write, batched or not, and
+// every row read fails with ErrShardedNamespace and ErrUnavailable, having
+// written nothing. A store opened on the moved map (one shard) works, and
+// so does a read-only one.
+func TestSingleClusterStoreStopsWhenItsMapMoves(t *testing.T) {
+	ctx := context.Background()
+	clock := authority.NewManualClock(testEpoch)
+	plain := newStore(t, nil, etcdstore.Config{Clock: clock})
+	fx := conformance.NewFixture(t, harnessFor(plain, clock))
+	key := fx.Key(authority.ObjectUserSpot, "plain")
+	row := fx.Active(authority.ObjectUserSpot, "plain", conformance.TargetA)
+	putShardMap(t, plain, 1) // what a freeze or a switch does to the key
+
+	stopped := func(err error, what string) {
+		t.Helper()
+		require.ErrorIs(t, err, etcdstore.ErrShardedNamespace, what)
+		require.ErrorIs(t, err, authority.ErrUnavailable, what)
+		require.ErrorContains(t, err, plain.Namespace(), what)
+	}
+	_, err := plain.CompareExchangeAuthority(ctx, key, row.StoreVersion, authority.Put([]byte("lost")))
+	stopped(err, "a write")
+	_, err = plain.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "lost", conformance.TargetA))
+	stopped(err, "a reservation (group commit)")
+	_, err = plain.ReadAuthority(ctx, key)
+	stopped(err, "a row read")
+
+	after := newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: plain.Namespace()})
+	got, err := after.ReadAuthority(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, row.StoreVersion, got.Snapshot.StoreVersion, "nothing written")
+	res, err := after.Reserve(ctx, fx.ReserveRequest(authority.ObjectActor, "lost", conformance.TargetA))
+	require.NoError(t, err)
+	require.Equal(t, authority.KindReserved, res.Kind, "the reservation was not written: it is new to a store on the moved map")
+	ro, err := etcdstore.New(ctx, etcdstore.Config{Client: shared, Namespace: plain.Namespace(), ReadOnly: true})
+	require.NoError(t, err)
+	defer func() { _ = ro.Close() }()
+	_, err = ro.ReadAuthority(ctx, key)
+	require.NoError(t, err)
 }
 
 // TestShardMapFenceBatchedWrites: with one Txn slot, concurrent writes are

@@ -25,7 +25,11 @@ import (
 // it before writing anything, with an error wrapping this and
 // authority.ErrInvalidArgument that names the namespace, the map's epoch and
 // its shard count: open the namespace with provider/sharded. A read-only
-// store opens, and so does a store with Config.ShardMember.
+// store opens, and so does a store with Config.ShardMember. A single-cluster
+// store already running when a resharding freezes or switches its cluster
+// stops on its standing fence (shardfence.go): every write and row read
+// fails with an error wrapping this and authority.ErrUnavailable, having
+// written nothing.
 var ErrShardedNamespace = errors.New("etcd: namespace is one shard of a store over several clusters")
 
 // ShardMapState is what a namespace holds of the shard map.
@@ -46,7 +50,7 @@ func (s *Store) ReadShardMap(ctx context.Context) (ShardMapState, error) {
 		return ShardMapState{}, err
 	}
 	key := s.keys.ShardMap()
-	resp, err := s.read(ctx, opGet(key))
+	resp, err := s.read(unfenced(ctx), opGet(key))
 	if err != nil {
 		return ShardMapState{}, err
 	}
@@ -103,36 +107,27 @@ func decodeShardMapState(kv *mvccpbKV) (ShardMapState, error) {
 // namespace's shard map keys and refuses one of several shards, or one a
 // resharding is moving rows out of (ErrShardedNamespace): such a store's
 // writes would not be fenced on the map, so one could be acknowledged under
-// a map no longer in force. It writes nothing.
-func (s *Store) refuseShardedNamespace(ctx context.Context) error {
-	resp, err := s.kv.Get(ctx, s.keys.ShardMapPrefix(), clientv3.WithPrefix())
+// a map no longer in force. It writes nothing. It returns the map key's
+// ModRevision (0: absent), the store's standing fence (shardfence.go).
+func (s *Store) refuseShardedNamespace(ctx context.Context) (int64, error) {
+	resp, err := s.read(unfenced(ctx), clientv3.OpGet(s.keys.ShardMapPrefix(), clientv3.WithPrefix()))
 	if err != nil {
-		return mapError(err, false)
+		return 0, err
 	}
-	for _, kv := range resp.Kvs {
-		switch string(kv.Key) {
-		case s.keys.ShardMap():
-			m, err := schema.DecodeShardMap(kv)
-			if err != nil || len(m.Shards) <= 1 {
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-				"namespace %s is one shard of a store over %d etcd clusters (shard map epoch %d): open it with provider/sharded, "+
-					"not as a single-cluster store (Config.ShardMember is for a shard's own store)",
-				s.keys.Namespace(), len(m.Shards), m.Epoch), ErrShardedNamespace)
-		case s.keys.ShardMovePending():
-			mv, err := schema.DecodeShardMove(kv)
-			if err != nil {
-				return err
-			}
-			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-				"namespace %s: resharding job %s is moving rows to shard map epoch %d (%d shards): open it with provider/sharded, "+
-					"not as a single-cluster store",
-				s.keys.Namespace(), mv.Job, mv.To.Epoch, len(mv.To.Shards)), ErrShardedNamespace)
-		}
+	k, err := s.Moves().mapKeysIn(resp)
+	switch {
+	case err != nil:
+		return 0, err
+	case k.Current != nil && len(k.Current.Shards) > 1:
+		return 0, authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+			"namespace %s is one shard of a store over %d etcd clusters (shard map epoch %d): open it with provider/sharded, "+
+				"not as a single-cluster store (Config.ShardMember is for a shard's own store)",
+			s.keys.Namespace(), len(k.Current.Shards), k.Current.Epoch), ErrShardedNamespace)
+	case k.Pending != nil:
+		return 0, authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+			"namespace %s: resharding job %s is moving rows to shard map epoch %d (%d shards): open it with provider/sharded, "+
+				"not as a single-cluster store",
+			s.keys.Namespace(), k.Pending.Job, k.Pending.To.Epoch, len(k.Pending.To.Shards)), ErrShardedNamespace)
 	}
-	return nil
+	return k.CurrentRev, nil
 }

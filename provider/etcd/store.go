@@ -162,8 +162,11 @@ type Store struct {
 	escrow     CapacityEscrow // escrow mode (nil: off)
 	maxOps     int
 	maxBytes   int
-	retention  time.Duration
-	timeout    time.Duration
+	// wire is the configured Txn limits, which maxOps and maxBytes keep
+	// room under for the map fence (keepFenceRoom).
+	wire      txnkit.Limits
+	retention time.Duration
+	timeout   time.Duration
 	// dialTimeout bounds the server check of New when ctx has no deadline.
 	dialTimeout time.Duration
 	// tlsConfig is the TLS New dialed with (nil: plain text or a caller's client).
@@ -204,6 +207,9 @@ type Store struct {
 	// shardFence fences writes and row reads on the shard map
 	// (Config.ShardMapFence, shardfence.go).
 	shardFence bool
+	// standing is a single-cluster writing store's map fence, set by New
+	// (shardfence.go).
+	standing standingFence
 }
 
 type policyBox struct{ p authority.CapacityPolicy }
@@ -244,6 +250,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		timeout: cfg.RequestTimeout, cache: newRowCache(4096), aggs: txnkit.NewBoundedCache[string, knownAggregate](1024), marks: map[string]clientv3.LeaseID{}, groups: reserveGroups{m: map[string]*nodeQueue{}},
 		dialTimeout: cfg.DialTimeout, shardFence: cfg.ShardMapFence,
 	}
+	s.keepFenceRoom(cfg)
 	s.contract = observe.NewContract(s.obs, s.work())
 	s.life, s.endLife = context.WithCancel(context.Background())
 	if s.dialTimeout <= 0 {

@@ -177,7 +177,7 @@ func TestBatchMergesQueuedWrites(t *testing.T) {
 	outs := b.queue(t, ctxs, keys, vs)()
 	require.Equal(t, before+2, b.g.txns.Load(), "the held Txn, then one Txn for the 7 queued writes")
 	require.Equal(t, 7, b.g.lastOps)
-	require.Equal(t, 7+7+1+1, b.g.lastCmps, "each row's version and row lock, and once the owner's liveness and the active version (the compact format's fence) they all compare")
+	require.Equal(t, 7+7+1+1+1, b.g.lastCmps, "each row's version and row lock, and once the owner's liveness, the active version (the compact format's fence) and the shard map key (the standing fence) they all compare")
 	versions := map[authority.StoreVersion]int{}
 	for i, o := range outs {
 		require.NoError(t, o.err)
