@@ -104,61 +104,67 @@ func (s *Store) CoordinatorOf(aggregateID string) int {
 // holds the aggregate's record, or with the two-phase protocol. While that
 // shard is frozen by a resharding's switch it waits for it (ErrMoving).
 func (s *Store) CommitAggregate(ctx context.Context, fence authority.Fence) (authority.CommitAggregateResult, error) {
-	if err := authority.ValidateFence(fence); err != nil {
-		return authority.CommitAggregateResult{}, err
-	}
-	if err := s.begin(ctx); err != nil {
-		return authority.CommitAggregateResult{}, err
-	}
-	var res authority.CommitAggregateResult
-	err := s.rerouted(ctx, func(t *topology) error {
-		i, err := s.locate(ctx, t, fence)
-		switch {
-		case err != nil:
-			return err
-		case t.switching(i):
-			return t.refuseFrozen("An aggregate's commit")
-		case t.viaProtocol(fence, i):
-			res, err = t.coord.CommitAggregate(ctx, fence)
-		default:
-			// its rows may be locked by an aggregate across shards
-			err = inShard(i, t.retry(t.at(ctx, i), func(ctx context.Context) (err error) {
-				res, err = t.shards[i].store.CommitAggregate(ctx, fence)
-				return err
-			}))
-		}
+	tokens := func(t *topology, res authority.CommitAggregateResult, err error) (authority.CommitAggregateResult, error) {
 		if err == nil {
 			res.OwnershipTokens, err = t.num.tokens(res.OwnershipTokens, t.shardOf)
 		}
-		return err
-	})
-	return res, err
+		return res, err
+	}
+	return decide(ctx, s, fence, "commit",
+		func(t *topology) (authority.CommitAggregateResult, error) {
+			res, err := t.coord.CommitAggregate(ctx, fence)
+			return tokens(t, res, err)
+		},
+		func(t *topology, i int) (authority.CommitAggregateResult, error) {
+			var res authority.CommitAggregateResult
+			// its rows may be locked by an aggregate across shards
+			err := inShard(i, t.retry(t.at(ctx, i), func(ctx context.Context) (err error) {
+				res, err = t.shards[i].store.CommitAggregate(ctx, fence)
+				return err
+			}))
+			return tokens(t, res, err)
+		})
 }
 
 // AbortAggregate releases a prepared aggregate's capacity: in the shard
 // that holds its record, or with the two-phase protocol (waiting for a
 // resharding's switch, as CommitAggregate).
 func (s *Store) AbortAggregate(ctx context.Context, fence authority.Fence) (authority.AbortAggregateResult, error) {
+	return decide(ctx, s, fence, "abort",
+		func(t *topology) (authority.AbortAggregateResult, error) { return t.coord.AbortAggregate(ctx, fence) },
+		func(t *topology, i int) (authority.AbortAggregateResult, error) {
+			res, err := t.shards[i].store.AbortAggregate(t.at(ctx, i), fence)
+			return res, inShard(i, err)
+		})
+}
+
+// decide routes the commit or abort (what) of fence under the map in
+// force, routed again when it moves: refused while the shard holding the
+// record is frozen by a resharding's switch, through the two-phase
+// protocol when that is the coordinator shard (protocol), else in that
+// shard alone (one).
+func decide[R any](ctx context.Context, s *Store, fence authority.Fence, what string,
+	protocol func(*topology) (R, error), one func(*topology, int) (R, error)) (R, error) {
+	var res R
 	if err := authority.ValidateFence(fence); err != nil {
-		return authority.AbortAggregateResult{}, err
+		return res, err
 	}
 	if err := s.begin(ctx); err != nil {
-		return authority.AbortAggregateResult{}, err
+		return res, err
 	}
-	var res authority.AbortAggregateResult
 	err := s.rerouted(ctx, func(t *topology) error {
 		i, err := s.locate(ctx, t, fence)
 		switch {
 		case err != nil:
 			return err
 		case t.switching(i):
-			return t.refuseFrozen("An aggregate's abort")
+			return t.refuseFrozen("An aggregate's " + what)
 		case t.viaProtocol(fence, i):
-			res, err = t.coord.AbortAggregate(ctx, fence)
-			return err
+			res, err = protocol(t)
+		default:
+			res, err = one(t, i)
 		}
-		res, err = t.shards[i].store.AbortAggregate(t.at(ctx, i), fence)
-		return inShard(i, err)
+		return err
 	})
 	return res, err
 }
