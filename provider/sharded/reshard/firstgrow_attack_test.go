@@ -2,8 +2,10 @@ package reshard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,4 +201,162 @@ func TestTrueUpRunTwiceCoversOnce(t *testing.T) {
 	require.Equal(t, int(limit-usage), in)
 	u := fx.ActorUsage(conformance.NodeB)
 	require.Equal(t, int64(limit), u.Active+u.Reserved)
+}
+
+// deadlineWriter reserves actors on NodeB through s, each under a short
+// deadline, sends each that failed again without one (adopting it when the
+// first attempt was written), and aborts some of its own.
+type deadlineWriter struct {
+	*escrowWriter
+	found, again int      // failed reservations found written / written by the retry
+	unavailable  int      // failed with ErrUnavailable (the others: outcome unknown or the deadline)
+	notApplied   []string // found written though their error said not applied
+}
+
+// reserveShort reserves one actor under a deadline of 20µs..8ms.
+func (w *deadlineWriter) reserveShort(ctx context.Context) {
+	w.seq++
+	req := actorReservation(fmt.Sprintf("d%d-%d", w.id, w.seq))
+	key := w.fx.Key(authority.ObjectActor, req.Key.GlobalID)
+	sctx, cancel := context.WithTimeout(ctx, time.Duration(20+w.rng.IntN(8000))*time.Microsecond)
+	res, err := w.s.Reserve(sctx, req)
+	cancel()
+	switch {
+	case err == nil:
+		w.settle(key, req, res, nil)
+	case errors.Is(err, authority.ErrUnavailable) || errors.Is(err, authority.ErrOutcomeUnknown) ||
+		errors.Is(err, context.DeadlineExceeded):
+		w.run.retried.Add(1)
+		if errors.Is(err, authority.ErrUnavailable) {
+			w.unavailable++
+		}
+		w.retry(ctx, key, req, err)
+	default:
+		w.run.fail(fmt.Errorf("reserve %s under a short deadline: untyped error %w", key, err))
+	}
+}
+
+// retry sends req again without a deadline (while the row moves, again):
+// either it is written now or the first attempt's row is in the way.
+func (w *deadlineWriter) retry(ctx context.Context, key authority.Key, req authority.ReserveRequest, first error) {
+	for attempt := 0; ; attempt++ {
+		res, err := w.s.Reserve(ctx, req)
+		if errors.Is(err, authority.ErrUnavailable) && attempt < 1000 {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			w.run.fail(fmt.Errorf("reserve %s again: %w", key, err))
+			return
+		}
+		w.settle(key, req, res, first)
+		return
+	}
+}
+
+// settle records the outcome of a reservation (first: the error of an
+// earlier attempt of it).
+func (w *deadlineWriter) settle(key authority.Key, req authority.ReserveRequest, res authority.ReserveResult, first error) {
+	switch {
+	case res.Kind == authority.KindReserved:
+		if first != nil {
+			w.again++
+		}
+		w.run.took(key, req.Key, res)
+		w.mine = append(w.mine, key)
+	case res.Kind == authority.KindPlacementCapacityExhausted:
+		w.run.exhausted.Add(1)
+	case first != nil && res.Kind == authority.KindConflict && res.Current.Snapshot != nil &&
+		res.Current.Snapshot.PendingCreation != nil && res.Current.Snapshot.PendingCreation.RequestContentReference == req.Intent.RequestContentReference:
+		// the attempt that failed was written: its reserved row is in
+		// the way; the writer holds it
+		w.found++
+		if !errors.Is(first, authority.ErrOutcomeUnknown) {
+			w.notApplied = append(w.notApplied, fmt.Sprintf("%s: %v", key, first))
+		}
+		snap := *res.Current.Snapshot
+		w.run.took(key, req.Key, authority.ReserveResult{Kind: authority.KindReserved, ReservationID: snap.PendingCreation.ReservationID, Creating: &snap})
+		w.mine = append(w.mine, key)
+	default:
+		w.run.fail(fmt.Errorf("reserve %s (failed before: %v): %s", key, first, res.Kind))
+	}
+}
+
+// TestShortDeadlinesThroughFirstGrowth: 4 writers reserve actors on NodeB
+// through a store over one cluster with Spares (limit 16), each Reserve
+// under a deadline of 20µs..8ms, and abort some of theirs, while the
+// cluster grows 1 → 2 and until the store routes by the grown map and
+// holds one in the new shard. Every error is typed (ErrUnavailable,
+// ErrOutcomeUnknown or the deadline); each reservation that failed, sent
+// again without a deadline, is either written now or found written (its
+// reserved row in the way: conflict), and found written only if its error
+// was ErrOutcomeUnknown or the deadline (ErrUnavailable: not applied).
+// Nothing is half-written: NodeB's usage is exactly the rows held, never
+// above the limit, and its budget is sane.
+func TestShortDeadlinesThroughFirstGrowth(t *testing.T) {
+	const limit, writers = 16, 4
+	ctx := t.Context()
+	cs := clusters(t)
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(limit)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	fx := conformance.NewFixture(t, harness(s, nil))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	var ws []*deadlineWriter
+	for i := range writers {
+		ws = append(ws, &deadlineWriter{escrowWriter: &escrowWriter{id: i, s: s, fx: fx, rng: rand.New(rand.NewPCG(uint64(i), 45)), run: run}})
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if w.rng.IntN(3) == 0 {
+					w.abort(ctx)
+				} else {
+					w.reserveShort(ctx)
+				}
+			}
+		})
+	}
+	var duringJob atomic.Int64
+	cfg := jobConfig(cs, 1)
+	cfg.LeaseWait = 100 * time.Millisecond
+	cfg.Step = func(step string) {
+		if step == "catching up" {
+			markLiveIn(t, cs[1])
+		}
+		duringJob.Store(run.retried.Load())
+	}
+	run.jobRunning.Store(true)
+	p, err := reshard.Run(ctx, cfg)
+	run.jobRunning.Store(false)
+	require.NoError(t, err, "resharding: %v", p)
+	deadline := time.Now().Add(2 * time.Minute)
+	for (s.Shards() < 2 || heldIn(run, s, 1) == 0 || run.retried.Load() < 20) && time.Now().Before(deadline) && run.unexpected.Load() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	require.Nil(t, run.unexpected.Load())
+	require.Equal(t, 2, s.Shards())
+	require.NotZero(t, duringJob.Load(), "deadlines ran out while the job ran")
+	require.NotZero(t, heldIn(run, s, 1), "held in the new shard")
+	found, again, unavailable := 0, 0, 0
+	var notApplied []string
+	for _, w := range ws {
+		found, again, unavailable, notApplied = found+w.found, again+w.again, unavailable+w.unavailable, append(notApplied, w.notApplied...)
+	}
+	require.Empty(t, notApplied, "reservations written though they failed with ErrUnavailable (not applied)")
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(len(run.held)), u.Active+u.Reserved, "NodeB's usage is the rows held")
+	require.LessOrEqual(t, run.peak.Load(), int64(limit))
+	requireSane(t, cs, 2)
+	t.Logf("short-deadlines-first-growth: limit=%d admitted=%d deadline-errors=%d unavailable=%d during-job=%d found-written=%d written-again=%d held=%d held-in-new-shard=%d exhausted=%d",
+		limit, run.admitted.Load(), run.retried.Load(), unavailable, duringJob.Load(), found, again, len(run.held), heldIn(run, s, 1), run.exhausted.Load())
 }
