@@ -360,3 +360,175 @@ func TestShortDeadlinesThroughFirstGrowth(t *testing.T) {
 	t.Logf("short-deadlines-first-growth: limit=%d admitted=%d deadline-errors=%d unavailable=%d during-job=%d found-written=%d written-again=%d held=%d held-in-new-shard=%d exhausted=%d",
 		limit, run.admitted.Load(), run.retried.Load(), unavailable, duringJob.Load(), found, again, len(run.held), heldIn(run, s, 1), run.exhausted.Load())
 }
+
+// closeSteps are the steps of the first growth at which
+// TestCloseThroughFirstGrowth closes a store.
+var closeSteps = []string{"freezing shard 0", "covering capacity placed without escrow", "deciding the switch",
+	"switching the new cluster", "switching shard 0", "moving the capacity budgets of the moved rows"}
+
+// TestCloseThroughFirstGrowth: six stores over one cluster with Spares
+// (capacity escrow, limit 24 on NodeB), each with a writer reserving and
+// aborting actors on NodeB; the job grows the cluster 1 → 2 and closes
+// one store at each of six steps around the switch (the freeze, the
+// true-up, the decision, each flip, the budgets' move), while its writer
+// runs. Each Close returns (within a minute: no hang) and no Reserve that
+// began after it returned is acknowledged (ErrClosed); the job finishes,
+// NodeB's usage is the reservations acknowledged, within the limit, and
+// (TestMain) no goroutine is left.
+func TestCloseThroughFirstGrowth(t *testing.T) {
+	const limit = 24
+	ctx := t.Context()
+	cs := clusters(t)
+	n := len(closeSteps)
+	stores := make([]*sharded.Store, n)
+	for i := range stores {
+		var err error
+		stores[i], err = sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(limit)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = stores[i].Close() })
+	}
+	// TargetB's owner is marked live through a store not closed (a store's
+	// close ends the liveness it marked)
+	live, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(limit)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = live.Close() })
+	fx := conformance.NewFixture(t, harness(live, nil))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	closing := make([]atomic.Bool, n) // set before Close is called
+	closed := make([]atomic.Bool, n)  // set once Close returned
+	var afterClose atomic.Int64      // Reserves begun after Close returned and answered ErrClosed
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		w := &escrowWriter{id: i, s: s, fx: fx, rng: rand.New(rand.NewPCG(uint64(i), 46)), run: run}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if closed[i].Load() {
+					w.seq++
+					req := actorReservation(fmt.Sprintf("closed%d-%d", i, w.seq))
+					res, err := s.Reserve(ctx, req)
+					if !errors.Is(err, authority.ErrClosed) {
+						run.fail(fmt.Errorf("store %d closed: reserve answered %v %v", i, res.Kind, err))
+					}
+					afterClose.Add(1)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if w.rng.IntN(2) == 0 {
+					w.reserveOpen(ctx, &closing[i])
+				} else {
+					w.abortOpen(ctx)
+				}
+			}
+		})
+	}
+	cfg := jobConfig(cs, 1)
+	cfg.LeaseWait = 100 * time.Millisecond
+	var at atomic.Int64
+	cfg.Step = func(step string) {
+		if step == "catching up" {
+			markLiveIn(t, cs[1])
+		}
+		k := int(at.Load())
+		if k >= n || step != closeSteps[k] {
+			return
+		}
+		at.Add(1)
+		closing[k].Store(true)
+		done := make(chan error, 1)
+		go func() { done <- stores[k].Close() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("close store %d at %q: %v", k, step, err)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("close store %d at %q: still running after a minute", k, step)
+			<-done
+		}
+		closed[k].Store(true)
+	}
+	p, err := reshard.Run(ctx, cfg)
+	require.NoError(t, err, "resharding: %v", p)
+	require.Equal(t, n, int(at.Load()), "a store was closed at every step")
+	// the writers of the closed stores go on until each answered ErrClosed
+	deadline := time.Now().Add(time.Minute)
+	for afterClose.Load() < int64(2*n) && time.Now().Before(deadline) && run.unexpected.Load() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	require.Nil(t, run.unexpected.Load())
+	require.GreaterOrEqual(t, afterClose.Load(), int64(2*n))
+	require.Eventually(t, func() bool { return live.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	run.mu.Lock()
+	held := len(run.held)
+	run.mu.Unlock()
+	var sum int64
+	for i := range 2 {
+		sl, _ := budgetOf(t, cs[i])
+		sum += sl.Usage[actorCounter]
+	}
+	require.Equal(t, int64(held), sum, "NodeB's usage is the reservations acknowledged")
+	require.LessOrEqual(t, run.peak.Load(), int64(limit))
+	t.Logf("close-first-growth: closed=%d admitted=%d held=%d exhausted=%d unavailable=%d refused-after-close=%d moved=%d",
+		n, run.admitted.Load(), held, run.exhausted.Load(), run.retried.Load(), afterClose.Load(), p.Rows)
+}
+
+// reserveOpen is escrowWriter.reserve for a writer whose store may close:
+// ErrClosed once closing is set.
+func (w *escrowWriter) reserveOpen(ctx context.Context, closing *atomic.Bool) {
+	w.seq++
+	req := actorReservation(fmt.Sprintf("w%d-%d", w.id, w.seq))
+	key := w.fx.Key(authority.ObjectActor, req.Key.GlobalID)
+	res, err := w.s.Reserve(ctx, req)
+	switch {
+	case errors.Is(err, authority.ErrClosed) && closing.Load(),
+		errors.Is(err, authority.ErrUnavailable) && !errors.Is(err, sharded.ErrCapacityNeedsEscrow):
+		w.run.retried.Add(1)
+		time.Sleep(time.Millisecond)
+	case err != nil:
+		w.run.fail(fmt.Errorf("reserve %s: %w", key, err))
+	case res.Kind == authority.KindReserved:
+		w.run.took(key, req.Key, res)
+		w.mine = append(w.mine, key)
+	case res.Kind == authority.KindPlacementCapacityExhausted:
+		w.run.exhausted.Add(1)
+	default:
+		w.run.fail(fmt.Errorf("reserve %s: %s", key, res.Kind))
+	}
+}
+
+// abortOpen is escrowWriter.abort for a writer whose store may close: an
+// abort that fails with ErrClosed leaves the reservation held.
+func (w *escrowWriter) abortOpen(ctx context.Context) {
+	if len(w.mine) == 0 {
+		return
+	}
+	key := w.mine[len(w.mine)-1]
+	w.run.mu.Lock()
+	h := w.run.held[key]
+	w.run.mu.Unlock()
+	req := authority.AbortRequest{Key: h.obj, ReservationID: h.res.ReservationID, ExpectedStoreVersion: h.res.Creating.StoreVersion, Target: conformance.TargetB}
+	out, err := w.s.Abort(ctx, req)
+	switch {
+	case errors.Is(err, authority.ErrClosed), errors.Is(err, authority.ErrUnavailable):
+		w.run.retried.Add(1)
+		time.Sleep(time.Millisecond)
+	case err == nil && out.Kind == authority.KindAborted:
+		w.mine = w.mine[:len(w.mine)-1]
+		w.run.mu.Lock()
+		delete(w.run.held, key)
+		w.run.mu.Unlock()
+		w.run.holding.Add(-1)
+	case err == nil && out.Kind == authority.KindStale:
+		w.mine = w.mine[:len(w.mine)-1] // moved: renumbered (TestEscrowFollowsFirstGrowth aborts those)
+	default:
+		w.run.fail(fmt.Errorf("abort %s: %v %v", key, out.Kind, err))
+	}
+}
