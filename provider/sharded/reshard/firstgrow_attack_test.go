@@ -396,7 +396,7 @@ func TestCloseThroughFirstGrowth(t *testing.T) {
 	run := &escrowRun{held: map[authority.Key]heldReservation{}}
 	closing := make([]atomic.Bool, n) // set before Close is called
 	closed := make([]atomic.Bool, n)  // set once Close returned
-	var afterClose atomic.Int64      // Reserves begun after Close returned and answered ErrClosed
+	var afterClose atomic.Int64       // Reserves begun after Close returned and answered ErrClosed
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, s := range stores {
