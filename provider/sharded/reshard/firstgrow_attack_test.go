@@ -532,3 +532,77 @@ func (w *escrowWriter) abortOpen(ctx context.Context) {
 		w.run.fail(fmt.Errorf("abort %s: %v %v", key, out.Kind, err))
 	}
 }
+
+// TestFirstGrowthAbortedAfterTrueUp: over one cluster NodeB holds one
+// actor placed with escrow (its slice takes a chunk) and more placed
+// without (beyond the slice). A job stopped after the switch's true-up
+// covered them is aborted: the slice holds the usage, the ledger agrees,
+// the escrow store admits over one shard and the store without escrow
+// places again (beyond the slice once more). The next growth's true-up
+// covers those too: NodeB then fills to exactly its limit over both
+// shards.
+func TestFirstGrowthAbortedAfterTrueUp(t *testing.T) {
+	const limit = 40
+	ctx := t.Context()
+	cs := clusters(t)
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(limit)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	plain, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], CapacityPolicy: nodeBLimit(limit)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = plain.Close() })
+	fx := conformance.NewFixture(t, harness(s, nil))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	w := &escrowWriter{s: s, fx: fx, rng: rand.New(rand.NewPCG(8, 8)), run: run}
+	require.False(t, w.reserve(ctx))
+	sl, _ := budgetOf(t, cs[0])
+	chunk := sl.Slice.Size()[actorCounter]
+	var placed atomic.Int64
+	plainWriter(ctx, plain, fx, run, "plain-a", &placed, chunk+3, nil)
+	require.Nil(t, run.unexpected.Load())
+
+	jctx, cancel := context.WithCancel(ctx)
+	cfg := jobConfig(cs, 1)
+	cfg.LeaseWait = 100 * time.Millisecond
+	cfg.Step = func(step string) {
+		switch step {
+		case "catching up":
+			markLiveIn(t, cs[1])
+		case "deciding the switch":
+			cancel()
+		}
+	}
+	_, err = reshard.Run(jctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+	p, err := reshard.Abort(ctx, jobConfig(cs, 1))
+	require.NoError(t, err)
+	require.Equal(t, schema.PhaseAborted, p.Phase)
+	require.Equal(t, run.holding.Load(), requireSane(t, cs, 1), "the true-up covered NodeB's usage, once")
+	sl, _ = budgetOf(t, cs[0])
+	require.Equal(t, run.holding.Load(), sl.Slice.Size()[actorCounter])
+
+	// over one shard again: the store without escrow places (after it
+	// reads the map again), the escrow store admits (a grow), and the
+	// store without escrow places beyond the slice
+	pctx, pcancel := context.WithTimeout(ctx, time.Minute) // ErrUnavailable until it reads the map again
+	plainWriter(pctx, plain, fx, run, "plain-b", &placed, chunk+6, nil)
+	pcancel()
+	require.Nil(t, run.unexpected.Load())
+	require.Equal(t, chunk+6, placed.Load())
+	require.False(t, w.reserve(ctx))
+	sl, _ = budgetOf(t, cs[0])
+	plainWriter(ctx, plain, fx, run, "plain-c", &placed, placed.Load()+sl.Slice.Size()[actorCounter]-sl.Usage[actorCounter]+3, nil)
+	require.Nil(t, run.unexpected.Load())
+	sl, _ = budgetOf(t, cs[0])
+	require.Greater(t, sl.Usage[actorCounter], sl.Slice.Size()[actorCounter], "placed beyond the slice again")
+	require.NoError(t, plain.Close())
+
+	growWithLive(t, cs, nil)
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	held := run.holding.Load()
+	require.Equal(t, held, requireSane(t, cs, 2), "the second true-up covered the usage placed after the abort")
+	in := fillShard(t, s, fx, run, 1, "new") + fillShard(t, s, fx, run, 0, "old")
+	require.Equal(t, int(limit-held), in)
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(limit), u.Active+u.Reserved)
+}
