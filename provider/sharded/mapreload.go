@@ -168,10 +168,11 @@ func (s *Store) publishGrown(next, base *topology) error {
 			added = append(added, sh)
 		}
 	}
-	if p := s.policy(); p != nil {
-		for _, sh := range added {
-			sh.store.SetCapacityPolicy(p)
-		}
+	// the policy in force, nil included: a spare was opened with the
+	// configured one, which SetCapacityPolicy may have replaced or removed
+	// (applyPolicy sets it under the same lock)
+	for _, sh := range added {
+		sh.store.SetCapacityPolicy(s.policy())
 	}
 	s.publish(next)
 	if len(added) > 0 {

@@ -606,3 +606,50 @@ func TestFirstGrowthAbortedAfterTrueUp(t *testing.T) {
 	u := fx.ActorUsage(conformance.NodeB)
 	require.Equal(t, int64(limit), u.Active+u.Reserved)
 }
+
+// reserveIn reserves n actors on NodeB whose keys are in shard i through
+// s and returns how many were admitted.
+func reserveIn(t *testing.T, s *sharded.Store, fx *conformance.Fixture, run *escrowRun, i, n int, prefix string) (admitted int) {
+	t.Helper()
+	for seq, tried := 0, 0; tried < n; seq++ {
+		req := actorReservation(fmt.Sprintf("%s-%d", prefix, seq))
+		key := fx.Key(authority.ObjectActor, req.Key.GlobalID)
+		if s.ShardOf(key) != i {
+			continue
+		}
+		tried++
+		res, err := s.Reserve(t.Context(), req)
+		require.NoError(t, err)
+		if res.Kind == authority.KindReserved {
+			run.took(key, req.Key, res)
+			admitted++
+			continue
+		}
+		require.Equal(t, authority.KindPlacementCapacityExhausted, res.Kind)
+	}
+	return admitted
+}
+
+// TestRemovedPolicyStaysRemovedAcrossFirstGrowth: a store opened over one
+// cluster with Spares and a policy of 2 actors on NodeB is given no policy
+// (SetCapacityPolicy nil) and places 6 there; after the growth 1 → 2 it
+// still has none, in the new shard too: 6 more in each shard are admitted.
+// (The cluster the growth added was opened with the configured policy and
+// kept it: the new shard refused from its third actor on.)
+func TestRemovedPolicyStaysRemovedAcrossFirstGrowth(t *testing.T) {
+	ctx := t.Context()
+	cs := clusters(t)
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(2)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	fx := conformance.NewFixture(t, harness(s, nil))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	require.NoError(t, s.SetCapacityPolicy(ctx, nil))
+	require.Equal(t, 6, reserveIn(t, s, fx, run, 0, 6, "before"))
+	growWithLive(t, cs, nil)
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	require.Equal(t, 6, reserveIn(t, s, fx, run, 1, 6, "new"), "admitted in the new shard without a policy")
+	require.Equal(t, 6, reserveIn(t, s, fx, run, 0, 6, "old"), "admitted in the first shard without a policy")
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(18), u.Active+u.Reserved)
+}
