@@ -183,7 +183,8 @@ func (s *Store) publishGrown(next, base *topology) error {
 
 // openSpares opens the clusters of Config.Spares that missing names (each
 // at the index its map gives it), asking each spare not asked yet which
-// cluster and namespace it is. A cluster no spare is refuses the reload
+// cluster and namespace it is; a spare opened before (by a reload that
+// failed afterwards) is returned as it is. A cluster no spare is refuses the reload
 // with ErrUnavailable naming it.
 func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard]int) ([]*shard, error) {
 	var opened []*shard
@@ -197,7 +198,14 @@ func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard
 			sp.id, sp.probed = id, true
 		}
 		i, wanted := missing[sp.id]
-		if !wanted || sp.opened != nil {
+		if !wanted {
+			continue
+		}
+		if sp.opened != nil {
+			// opened by a reload that failed after it (its context ended
+			// at its next read): not among base's stores, still open
+			opened = append(opened, sp.opened)
+			delete(missing, sp.id)
 			continue
 		}
 		sc := s.cfg.storeConfig(s.cfg.Spares[j], i)
