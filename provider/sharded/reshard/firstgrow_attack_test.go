@@ -87,8 +87,10 @@ func growWithLive(t *testing.T, cs []etcdstore.Config, edit func(*reshard.Config
 // policy is lowered to 10, and the cluster grows 1 → 2. The switch covers
 // the 20 without asking the policy (nothing negative, no slice short of
 // its usage); nothing is admitted in either shard while NodeB holds 10 or
-// more, however many are released; at 9, exactly one is admitted, and the
-// node ends at the limit.
+// more, released one at a time, each release followed by a reclaim (a
+// shard re-admits on its own usage the budget a release freed in its
+// slice until a reclaim returns it: docs/deviations.md B3); at 9, exactly
+// one is admitted, and the node ends at the limit.
 func TestFirstGrowthUnderPolicyBelowUsage(t *testing.T) {
 	const before, lowered = 20, 10
 	ctx := t.Context()
