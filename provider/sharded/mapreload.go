@@ -2,6 +2,7 @@ package sharded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -183,17 +184,26 @@ func (s *Store) publishGrown(next, base *topology) error {
 
 // openSpares opens the clusters of Config.Spares that missing names (each
 // at the index its map gives it), asking each spare not asked yet which
-// cluster and namespace it is; a spare opened before (by a reload that
-// failed afterwards) is returned as it is. A cluster no spare is refuses the reload
+// cluster and namespace it is (one it cannot reach is asked again at the
+// next reload, and named in the error when missing stays unresolved); a
+// spare opened before (by a reload that failed afterwards) is returned as
+// it is. A cluster no spare is refuses the reload
 // with ErrUnavailable naming it.
 func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard]int) ([]*shard, error) {
 	var opened []*shard
+	var unprobed []error // spares not reached: one may be what missing names
 	for j := range s.grow.spares {
+		if len(missing) == 0 {
+			break
+		}
 		sp := &s.grow.spares[j]
 		if !sp.probed {
 			id, err := probe(ctx, s.cfg.Spares[j])
 			if err != nil {
-				return nil, fmt.Errorf("spare %d: %w", j, err)
+				// a spare for a later growth may be down or not there yet:
+				// the others may be the clusters missing names
+				unprobed = append(unprobed, fmt.Errorf("spare %d: %w", j, err))
+				continue
 			}
 			sp.id, sp.probed = id, true
 		}
@@ -227,8 +237,8 @@ func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard
 	for id, i := range missing {
 		if !slices.ContainsFunc(opened, func(sh *shard) bool { return shardID(sh) == id }) {
 			return nil, authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
-				"The shard map names cluster %s namespace %q as shard %d, which is neither among the store's shards nor among Config.Spares.",
-				id.ClusterID, id.Namespace, i), nil)
+				"The shard map names cluster %s namespace %q as shard %d, which is neither among the store's shards nor among the Config.Spares it reached (%d not reached).",
+				id.ClusterID, id.Namespace, i, len(unprobed)), errors.Join(unprobed...))
 		}
 	}
 	return opened, nil

@@ -655,3 +655,27 @@ func TestRemovedPolicyStaysRemovedAcrossFirstGrowth(t *testing.T) {
 	u := fx.ActorUsage(conformance.NodeB)
 	require.Equal(t, int64(18), u.Active+u.Reserved)
 }
+
+// TestUnreachableSpareDoesNotBlockAnother: a store over one cluster with
+// two Spares, the first unreachable (nothing listens), follows a growth
+// onto the second, with its capacity policy: a cluster listed for a later
+// growth that is down, or not provisioned yet, does not stop the store
+// from following this one. (Every reload failed on probing the first
+// spare, so the store never followed.)
+func TestUnreachableSpareDoesNotBlockAnother(t *testing.T) {
+	ctx := t.Context()
+	cs := clusters(t)
+	dead := etcdstore.Config{Endpoints: []string{"127.0.0.1:1"}, Namespace: "/dead/", DialTimeout: 200 * time.Millisecond, RequestTimeout: 500 * time.Millisecond}
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: []etcdstore.Config{dead, cs[1]}, CapacityPolicy: nodeBLimit(4)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	fx := conformance.NewFixture(t, harness(s, nil))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	require.Equal(t, 2, reserveIn(t, s, fx, run, 0, 2, "before"))
+	growWithLive(t, cs, nil)
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond, "the store follows the growth")
+	in := fillShard(t, s, fx, run, 1, "new") + fillShard(t, s, fx, run, 0, "old")
+	require.Equal(t, 2, in, "the policy of 4 holds over both shards")
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(4), u.Active+u.Reserved)
+}
