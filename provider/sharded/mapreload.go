@@ -211,13 +211,17 @@ func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard
 		if !wanted {
 			continue
 		}
-		if sp.opened != nil {
+		if sp.opened != nil && sp.opened.index == i {
 			// opened by a reload that failed after it (its context ended
 			// at its next read): not among base's stores, still open
 			opened = append(opened, sp.opened)
 			delete(missing, sp.id)
 			continue
 		}
+		// not opened yet, or opened at another index (the new cluster of
+		// a move that was aborted, now added at another place): its
+		// escrow hook is its index's, so open it again at this one (the
+		// other stays open until Close: an operation may still hold it)
 		sc := s.cfg.storeConfig(s.cfg.Spares[j], i)
 		if s.mover != nil {
 			sc.CapacityEscrow = s.mover.Hook(i) // added to the mover when the map names it (publishGrown)

@@ -679,3 +679,52 @@ func TestUnreachableSpareDoesNotBlockAnother(t *testing.T) {
 	u := fx.ActorUsage(conformance.NodeB)
 	require.Equal(t, int64(4), u.Active+u.Reserved)
 }
+
+// TestSpareOfAnAbortedMoveAddedLaterAtAnotherIndex: a store over one
+// cluster with Spares B and C follows a move onto C that is aborted (it
+// opened C as the move's shard 1), then the growth onto B (shard 1), then
+// the one onto C, now shard 2: it routes and runs capacity escrow in C as
+// shard 2 (a policy of 6 on NodeB holds over the three shards, with
+// reservations in C). The store opened for the aborted move served shard
+// 1's escrow hook.
+func TestSpareOfAnAbortedMoveAddedLaterAtAnotherIndex(t *testing.T) {
+	ctx := t.Context()
+	cs := clusters(t)
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:3], CapacityPolicy: nodeBLimit(6)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	fx := conformance.NewFixture(t, harness(s, nil))
+	run := &escrowRun{held: map[authority.Key]heldReservation{}}
+	require.Equal(t, 1, reserveIn(t, s, fx, run, 0, 1, "before"))
+
+	onC := reshard.Config{Shards: cs[:1], Add: cs[2], LeaseWait: 5 * time.Second, AggregateWait: time.Second}
+	jctx, cancel := context.WithCancel(ctx)
+	stopped := onC
+	stopped.Step = func(step string) {
+		if step == "catching up" {
+			cancel()
+		}
+	}
+	_, err = reshard.Run(jctx, stopped)
+	require.ErrorIs(t, err, context.Canceled)
+	p, err := reshard.Abort(ctx, onC)
+	require.NoError(t, err)
+	require.Equal(t, schema.PhaseAborted, p.Phase)
+
+	growWithLive(t, cs, nil) // B, shard 1
+	require.Eventually(t, func() bool { return s.Shards() == 2 }, time.Minute, 10*time.Millisecond)
+	grow(t, cs, 2, func(c *reshard.Config) { // C, shard 2
+		c.LeaseWait = 100 * time.Millisecond
+		c.Step = func(step string) {
+			if step == "catching up" {
+				markLiveIn(t, cs[2])
+			}
+		}
+	})
+	require.Eventually(t, func() bool { return s.Shards() == 3 }, time.Minute, 10*time.Millisecond)
+	in2 := fillShard(t, s, fx, run, 2, "c")
+	require.NotZero(t, in2, "admitted in shard 2")
+	in := in2 + fillShard(t, s, fx, run, 1, "b") + fillShard(t, s, fx, run, 0, "a")
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(6), u.Active+u.Reserved, "the policy holds over the three shards (%d admitted after)", in)
+}
