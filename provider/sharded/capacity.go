@@ -61,27 +61,36 @@ func (s *Store) SetCapacityPolicy(ctx context.Context, p authority.CapacityPolic
 	if p != nil && s.cfg.NoCapacityPolicy {
 		return authority.Invalid("This store was opened with NoCapacityPolicy: it runs no capacity escrow, so it takes no capacity policy; open one without NoCapacityPolicy.")
 	}
-	if s.mover == nil && !s.cfg.ReadOnly {
-		// a store opened over one shard without Spares runs no escrow: it takes a policy
-		// only while its map has one shard (publishGrown refuses to grow
-		// under a policy, checked under the same lock)
-		s.grow.mu.Lock()
-		defer s.grow.mu.Unlock()
-		if t := s.topo.Load(); p != nil && len(t.shards) > 1 {
-			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-				"The shard map grew to %d shards (epoch %d) under a store opened over one shard without Spares, which runs no capacity escrow: a capacity policy over several shards needs it; reopen the store over the grown map.",
-				len(t.shards), t.smap.Epoch), ErrCapacityNeedsEscrow)
-		}
-	}
-	s.pol.Store(&policyBox{p})
-	for _, sh := range s.topo.Load().stores() {
-		sh.store.SetCapacityPolicy(p)
+	if err := s.applyPolicy(p); err != nil {
+		return err
 	}
 	if s.mover == nil {
 		return nil
 	}
 	_, err := s.mover.ReconcileAll(ctx, true)
 	return err
+}
+
+// applyPolicy makes p the store's policy and gives it to every store the
+// topology writes to, under the lock of map reloads: a reload publishing a
+// grown map (publishGrown) gives its added stores the policy it reads
+// under that lock, so none keeps a policy replaced meanwhile. A store
+// opened over one shard without Spares runs no escrow: it takes a policy
+// only while its map has one shard (publishGrown refuses to grow under a
+// policy, checked under the same lock).
+func (s *Store) applyPolicy(p authority.CapacityPolicy) error {
+	s.grow.mu.Lock()
+	defer s.grow.mu.Unlock()
+	if t := s.topo.Load(); s.mover == nil && !s.cfg.ReadOnly && p != nil && len(t.shards) > 1 {
+		return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+			"The shard map grew to %d shards (epoch %d) under a store opened over one shard without Spares, which runs no capacity escrow: a capacity policy over several shards needs it; reopen the store over the grown map.",
+			len(t.shards), t.smap.Epoch), ErrCapacityNeedsEscrow)
+	}
+	s.pol.Store(&policyBox{p})
+	for _, sh := range s.topo.Load().stores() {
+		sh.store.SetCapacityPolicy(p)
+	}
+	return nil
 }
 
 // reconcile finishes the budget transfers a mover left in flight (a process

@@ -2,6 +2,7 @@ package sharded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -168,10 +169,11 @@ func (s *Store) publishGrown(next, base *topology) error {
 			added = append(added, sh)
 		}
 	}
-	if p := s.policy(); p != nil {
-		for _, sh := range added {
-			sh.store.SetCapacityPolicy(p)
-		}
+	// the policy in force, nil included: a spare was opened with the
+	// configured one, which SetCapacityPolicy may have replaced or removed
+	// (applyPolicy sets it under the same lock)
+	for _, sh := range added {
+		sh.store.SetCapacityPolicy(s.policy())
 	}
 	s.publish(next)
 	if len(added) > 0 {
@@ -182,23 +184,44 @@ func (s *Store) publishGrown(next, base *topology) error {
 
 // openSpares opens the clusters of Config.Spares that missing names (each
 // at the index its map gives it), asking each spare not asked yet which
-// cluster and namespace it is. A cluster no spare is refuses the reload
+// cluster and namespace it is (one it cannot reach is asked again at the
+// next reload, and named in the error when missing stays unresolved); a
+// spare opened before (by a reload that failed afterwards) is returned as
+// it is. A cluster no spare is refuses the reload
 // with ErrUnavailable naming it.
 func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard]int) ([]*shard, error) {
 	var opened []*shard
+	var unprobed []error // spares not reached: one may be what missing names
 	for j := range s.grow.spares {
+		if len(missing) == 0 {
+			break
+		}
 		sp := &s.grow.spares[j]
 		if !sp.probed {
 			id, err := probe(ctx, s.cfg.Spares[j])
 			if err != nil {
-				return nil, fmt.Errorf("spare %d: %w", j, err)
+				// a spare for a later growth may be down or not there yet:
+				// the others may be the clusters missing names
+				unprobed = append(unprobed, fmt.Errorf("spare %d: %w", j, err))
+				continue
 			}
 			sp.id, sp.probed = id, true
 		}
 		i, wanted := missing[sp.id]
-		if !wanted || sp.opened != nil {
+		if !wanted {
 			continue
 		}
+		if sp.opened != nil && sp.opened.index == i {
+			// opened by a reload that failed after it (its context ended
+			// at its next read): not among base's stores, still open
+			opened = append(opened, sp.opened)
+			delete(missing, sp.id)
+			continue
+		}
+		// not opened yet, or opened at another index (the new cluster of
+		// a move that was aborted, now added at another place): its
+		// escrow hook is its index's, so open it again at this one (the
+		// other stays open until Close: an operation may still hold it)
 		sc := s.cfg.storeConfig(s.cfg.Spares[j], i)
 		if s.mover != nil {
 			sc.CapacityEscrow = s.mover.Hook(i) // added to the mover when the map names it (publishGrown)
@@ -218,8 +241,8 @@ func (s *Store) openSpares(ctx context.Context, missing map[schema.ShardMapShard
 	for id, i := range missing {
 		if !slices.ContainsFunc(opened, func(sh *shard) bool { return shardID(sh) == id }) {
 			return nil, authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
-				"The shard map names cluster %s namespace %q as shard %d, which is neither among the store's shards nor among Config.Spares.",
-				id.ClusterID, id.Namespace, i), nil)
+				"The shard map names cluster %s namespace %q as shard %d, which is neither among the store's shards nor among the Config.Spares it reached (%d not reached).",
+				id.ClusterID, id.Namespace, i, len(unprobed)), errors.Join(unprobed...))
 		}
 	}
 	return opened, nil
