@@ -2,7 +2,6 @@ package reshard_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/testkit/capacitytest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
@@ -47,9 +47,7 @@ func (r *escrowRun) took(key authority.Key, obj authority.ObjectKey, res authori
 	r.mu.Lock()
 	r.held[key] = heldReservation{obj, res}
 	r.mu.Unlock()
-	n := r.holding.Add(1)
-	for p := r.peak.Load(); n > p && !r.peak.CompareAndSwap(p, n); p = r.peak.Load() {
-	}
+	capacitytest.Took(&r.holding, &r.peak)
 	r.admitted.Add(1)
 	if r.jobRunning.Load() {
 		r.duringJob.Add(1)
@@ -58,15 +56,7 @@ func (r *escrowRun) took(key authority.Key, obj authority.ObjectKey, res authori
 
 // actorReservation is a valid reservation of an actor id on TargetB.
 func actorReservation(id string) authority.ReserveRequest {
-	ref := "content-" + id
-	sum := sha256.Sum256([]byte(ref))
-	return authority.ReserveRequest{
-		Key: authority.ObjectKey{Kind: authority.ObjectActor, GlobalID: id},
-		Intent: authority.CreationIntent{StableType: conformance.DefaultStableType, RequestContentReference: ref,
-			RequestSHA256: sum[:], RequestEncodedSize: int64(len(ref))},
-		Target: conformance.TargetB, CreatingPayload: []byte("creating " + id),
-		Capacity: conformance.Capacity(authority.ObjectActor, conformance.DefaultStableType),
-	}
+	return capacitytest.ActorReservation(id, conformance.TargetB)
 }
 
 // escrowWriter reserves actors on NodeB and aborts its own reservations.
