@@ -13,6 +13,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/testkit/capacitytest"
 	"github.com/zlink-systems/authority/internal/testkit/etcdcluster"
 	etcd "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
@@ -94,9 +95,7 @@ func capKind(kind authority.ObjectKind) int {
 
 func (r *capRun) took(kind authority.ObjectKind) {
 	i := capKind(kind)
-	n := r.holding[i].Add(1)
-	for p := r.peak[i].Load(); n > p && !r.peak[i].CompareAndSwap(p, n); p = r.peak[i].Load() {
-	}
+	capacitytest.Took(&r.holding[i], &r.peak[i])
 	r.admitted.Add(1)
 }
 
@@ -248,13 +247,7 @@ func (w *capWriter) churn(ops int) {
 }
 
 // eachWriter runs f on every writer at once.
-func eachWriter(ws []*capWriter, f func(w *capWriter)) {
-	var wg sync.WaitGroup
-	for _, w := range ws {
-		wg.Go(func() { f(w) })
-	}
-	wg.Wait()
-}
+func eachWriter(ws []*capWriter, f func(w *capWriter)) { capacitytest.Each(ws, f) }
 
 // TestShardCapacityExact: one node's limits (30 actors, 45 Spots) over
 // three clusters (one member each) in escrow mode (package

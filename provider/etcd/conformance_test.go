@@ -1,13 +1,13 @@
 package etcd_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/shardtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
@@ -17,10 +17,10 @@ const liveTTL = 10 * time.Minute
 
 func etcdFactory(t *testing.T) *conformance.Harness {
 	clock := authority.NewManualClock(testEpoch)
-	claims := &claimSet{}
+	claims := &shardtest.Claims{}
 	s := newStore(t, nil, etcdstore.Config{Clock: clock, IdentityClaims: claims})
 	h := harnessFor(s, clock)
-	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.claim(key) }
+	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.Claim(key) }
 	return h
 }
 
@@ -29,19 +29,8 @@ func etcdFactory(t *testing.T) *conformance.Harness {
 // the conformance subtests needing that skip.
 func harnessFor(s *etcdstore.Store, clock *authority.ManualClock) *conformance.Harness {
 	h := &conformance.Harness{
-		Store: s,
-		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
-			t.Helper()
-			var err error
-			if live {
-				err = s.MarkLive(context.Background(), node, lifecycle, owner, liveTTL)
-			} else {
-				err = s.MarkDead(context.Background(), node, lifecycle, owner)
-			}
-			if err != nil {
-				t.Fatalf("set live: %v", err)
-			}
-		},
+		Store:             s,
+		SetLive:           shardtest.SetLive(s, liveTTL),
 		SetCapacityPolicy: func(_ testing.TB, p authority.CapacityPolicy) { s.SetCapacityPolicy(p) },
 		AdvanceClock:      func(_ testing.TB, d time.Duration) { clock.Advance(d) },
 		Now:               clock.Now,

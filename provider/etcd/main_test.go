@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
-	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -77,27 +75,6 @@ const (
 		"whose leader check watches a key outside the test prefix (the embedded server of every go test runs it)"
 )
 
-// claimSet is a concurrency-safe authority.IdentityClaims.
-type claimSet struct {
-	mu   sync.Mutex
-	keys map[authority.Key]bool
-}
-
-func (c *claimSet) IdentityClaimed(key authority.Key) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.keys[key]
-}
-
-func (c *claimSet) claim(key authority.Key) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.keys == nil {
-		c.keys = map[authority.Key]bool{}
-	}
-	c.keys[key] = true
-}
-
 // newStore returns a store in a fresh namespace on client (shared when nil),
 // closed and its namespace deleted at t's cleanup.
 func newStore(t testing.TB, client *clientv3.Client, cfg etcdstore.Config) *etcdstore.Store {
@@ -126,17 +103,5 @@ func newStore(t testing.TB, client *clientv3.Client, cfg etcdstore.Config) *etcd
 // It skips t on an external cluster: compaction is cluster-wide.
 func compactNow(t testing.TB) {
 	t.Helper()
-	etcdtest.SkipIfExternal(t, externalNoCompaction)
-	ctx := context.Background()
-	probe := etcdtest.Namespace() + "compaction-probe"
-	if _, err := shared.Put(ctx, probe, ""); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := shared.Delete(ctx, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := shared.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatal(err)
-	}
+	etcdtest.Compact(t, shared)
 }

@@ -11,6 +11,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/shardtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/etcd/storeversion"
@@ -35,11 +36,11 @@ func namespaceAt(t testing.TB, v storeversion.Version) string {
 func TestConformanceBeforeCompactFormat(t *testing.T) {
 	conformance.RunAll(t.Context(), t, func(t *testing.T) *conformance.Harness {
 		clock := authority.NewManualClock(testEpoch)
-		claims := &claimSet{}
+		claims := &shardtest.Claims{}
 		s := newStore(t, nil, etcdstore.Config{Namespace: namespaceAt(t, storeversion.CompactFormat-1), Clock: clock, IdentityClaims: claims})
 		require.Equal(t, storeversion.CompactFormat-1, s.ActiveVersion())
 		h := harnessFor(s, clock)
-		h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.claim(key) }
+		h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.Claim(key) }
 		return h
 	})
 }

@@ -2,7 +2,6 @@ package sharded_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/testkit/capacitytest"
 	"github.com/zlink-systems/authority/provider/sharded"
 )
 
@@ -29,9 +29,7 @@ type capacityRun struct {
 }
 
 func (r *capacityRun) took() {
-	n := r.holding.Add(1)
-	for p := r.peak.Load(); n > p && !r.peak.CompareAndSwap(p, n); p = r.peak.Load() {
-	}
+	capacitytest.Took(&r.holding, &r.peak)
 	r.admitted.Add(1)
 }
 
@@ -65,15 +63,7 @@ type capacityWriter struct {
 
 // reserveRequest is a valid reservation of an actor id on target.
 func reserveRequest(id string, target authority.CreationTarget) authority.ReserveRequest {
-	ref := "content-" + id
-	sum := sha256.Sum256([]byte(ref))
-	return authority.ReserveRequest{
-		Key: authority.ObjectKey{Kind: authority.ObjectActor, GlobalID: id},
-		Intent: authority.CreationIntent{StableType: conformance.DefaultStableType, RequestContentReference: ref,
-			RequestSHA256: sum[:], RequestEncodedSize: int64(len(ref))},
-		Target: target, CreatingPayload: []byte("creating " + id),
-		Capacity: conformance.Capacity(authority.ObjectActor, conformance.DefaultStableType),
-	}
+	return capacitytest.ActorReservation(id, target)
 }
 
 // place reserves an actor on NodeB, or moves a row there: true when the
@@ -232,13 +222,7 @@ func (w *capacityWriter) churn(ctx context.Context, ops int) {
 	}
 }
 
-func everyWriter(writers []*capacityWriter, f func(w *capacityWriter)) {
-	var wg sync.WaitGroup
-	for _, w := range writers {
-		wg.Go(func() { f(w) })
-	}
-	wg.Wait()
-}
+func everyWriter(writers []*capacityWriter, f func(w *capacityWriter)) { capacitytest.Each(writers, f) }
 
 // TestShardCapacityThroughTheStore: NodeB may hold limit actors. 24
 // writers through two sharded stores of the same 3 shards (two processes,

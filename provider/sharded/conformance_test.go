@@ -14,6 +14,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/shardtest"
 	"github.com/zlink-systems/authority/provider/sharded"
 )
 
@@ -25,10 +26,10 @@ const liveTTL = 10 * time.Minute
 func factory(n int) conformance.Factory {
 	return func(t *testing.T) *conformance.Harness {
 		clock := authority.NewManualClock(testEpoch)
-		claims := &claimSet{}
+		claims := &shardtest.Claims{}
 		s := newStore(t, n, sharded.Config{Clock: clock, IdentityClaims: claims})
 		h := harnessFor(s, clock)
-		h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.claim(key) }
+		h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.Claim(key) }
 		return h
 	}
 }
@@ -37,35 +38,14 @@ func factory(n int) conformance.Factory {
 // in every shard and, over several, reclaims every shard's budget
 // (SetCapacityPolicy).
 func harnessFor(s *sharded.Store, clock *authority.ManualClock) *conformance.Harness {
-	h := &conformance.Harness{
-		Store: s,
-		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
-			t.Helper()
-			var err error
-			if live {
-				err = s.MarkLive(context.Background(), node, lifecycle, owner, liveTTL)
-			} else {
-				err = s.MarkDead(context.Background(), node, lifecycle, owner)
-			}
-			if err != nil {
-				t.Fatalf("set live: %v", err)
-			}
-		},
-		SetCapacityPolicy: func(t testing.TB, p authority.CapacityPolicy) {
-			if err := s.SetCapacityPolicy(context.Background(), p); err != nil {
-				t.Fatalf("set capacity policy: %v", err)
-			}
-		},
-		Now:             time.Now,
-		ExpireScans:     compactAll,
-		Relocation:      s.Relocation(),
-		RecordRetention: s.RecordRetention(),
-		Skip:            escrowSubtests,
+	h := shardtest.Harness(s, clock, liveTTL)
+	h.SetCapacityPolicy = func(t testing.TB, p authority.CapacityPolicy) {
+		if err := s.SetCapacityPolicy(context.Background(), p); err != nil {
+			t.Fatalf("set capacity policy: %v", err)
+		}
 	}
-	if clock != nil {
-		h.AdvanceClock = func(_ testing.TB, d time.Duration) { clock.Advance(d) }
-		h.Now = clock.Now
-	}
+	h.ExpireScans = compactAll
+	h.Skip = escrowSubtests
 	if etcdtest.External() {
 		h.ExpireScans = nil
 	}

@@ -2,30 +2,16 @@ package escrow_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/shardtest"
 )
 
 var testEpoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// claimSet is a concurrency-safe authority.IdentityClaims.
-type claimSet struct {
-	mu   sync.Mutex
-	keys map[authority.Key]bool
-}
-
-func (c *claimSet) IdentityClaimed(key authority.Key) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.keys[key]
-}
 
 // escrowFactory is a harness over shard 0's store of a namespace spread
 // over the three shards in escrow mode: every capacity decision goes
@@ -34,14 +20,10 @@ func (c *claimSet) IdentityClaimed(key authority.Key) bool {
 // slack (as a policy change must, escrow's package comment).
 func escrowFactory(t *testing.T) *conformance.Harness {
 	clock := authority.NewManualClock(testEpoch)
-	claims := &claimSet{keys: map[authority.Key]bool{}}
+	claims := &shardtest.Claims{}
 	set := openShards(t, "", setOptions{clock: clock, claims: claims})
 	h := harnessFor(set, 0, clock)
-	h.ClaimIdentity = func(_ testing.TB, key authority.Key) {
-		claims.mu.Lock()
-		defer claims.mu.Unlock()
-		claims.keys[key] = true
-	}
+	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.Claim(key) }
 	return h
 }
 
@@ -49,19 +31,8 @@ func escrowFactory(t *testing.T) *conformance.Harness {
 func harnessFor(set *shardSet, i int, clock *authority.ManualClock) *conformance.Harness {
 	s := set.stores[i]
 	return &conformance.Harness{
-		Store: s,
-		SetLive: func(t testing.TB, node authority.NodeDescriptor, lifecycle int64, owner authority.OwnerToken, live bool) {
-			t.Helper()
-			var err error
-			if live {
-				err = s.MarkLive(context.Background(), node, lifecycle, owner, liveTTL)
-			} else {
-				err = s.MarkDead(context.Background(), node, lifecycle, owner)
-			}
-			if err != nil {
-				t.Fatalf("set live: %v", err)
-			}
-		},
+		Store:   s,
+		SetLive: shardtest.SetLive(s, liveTTL),
 		SetCapacityPolicy: func(t testing.TB, p authority.CapacityPolicy) {
 			t.Helper()
 			for _, st := range set.stores {
@@ -82,19 +53,7 @@ func harnessFor(set *shardSet, i int, clock *authority.ManualClock) *conformance
 // compactShard0 compacts shard 0's server at a new revision.
 func compactShard0(t testing.TB) {
 	t.Helper()
-	c := servers[0].Client(t)
-	ctx := context.Background()
-	probe := etcdtest.Namespace() + "compaction-probe"
-	if _, err := c.Put(ctx, probe, ""); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := c.Delete(ctx, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatal(err)
-	}
+	etcdtest.Compact(t, servers[0].Client(t))
 }
 
 // TestConformanceInEscrowMode: the whole shared suite on one shard of a

@@ -16,6 +16,7 @@ import (
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/shardtest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/sharded/escrow"
 )
@@ -34,25 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "escrow tests need embedded etcd servers; skipped on an external cluster")
 		os.Exit(0)
 	}
-	for range shardCount {
-		s, err := etcdtest.StartMain()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		servers = append(servers, s)
-	}
-	code := m.Run()
-	for _, s := range servers {
-		s.Close()
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(shardtest.Main(m, shardCount, func(c *shardtest.Clusters) { servers = c.Servers }, goleak.Find))
 }
 
 // liveTTL is how long the test owners stay live without renewal.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	authority "github.com/zlink-systems/authority"
+	"github.com/zlink-systems/authority/internal/testkit/capacitytest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 )
 
@@ -53,13 +54,7 @@ func kindIndex(kind authority.ObjectKind) int {
 // took records an acknowledged reservation of kind.
 func (r *capacityRun) took(kind authority.ObjectKind) {
 	i := kindIndex(kind)
-	n := r.holding[i].Add(1)
-	for {
-		p := r.peak[i].Load()
-		if n <= p || r.peak[i].CompareAndSwap(p, n) {
-			break
-		}
-	}
+	capacitytest.Took(&r.holding[i], &r.peak[i])
 	r.admitted.Add(1)
 }
 
@@ -191,13 +186,7 @@ func (w *capacityWriter) churn(ctx context.Context, ops int) {
 }
 
 // everyWriter runs f on every writer at once.
-func everyWriter(writers []*capacityWriter, f func(w *capacityWriter)) {
-	var wg sync.WaitGroup
-	for _, w := range writers {
-		wg.Go(func() { f(w) })
-	}
-	wg.Wait()
-}
+func everyWriter(writers []*capacityWriter, f func(w *capacityWriter)) { capacitytest.Each(writers, f) }
 
 // TestShardCapacity: 36 writers, 12 on each of the three shards, through
 // two sets of stores (two processes, each with its own mover), reserve

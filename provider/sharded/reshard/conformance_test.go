@@ -2,15 +2,13 @@ package reshard_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
 	"github.com/zlink-systems/authority/internal/testkit/etcdtest"
+	"github.com/zlink-systems/authority/internal/testkit/shardtest"
 	"github.com/zlink-systems/authority/provider/sharded"
 	"github.com/zlink-systems/authority/provider/sharded/reshard"
 )
@@ -20,13 +18,9 @@ import (
 // subtest gets is the one that was open on one shard and followed the map.
 func resharded(t *testing.T) *conformance.Harness {
 	clock := authority.NewManualClock(testEpoch)
-	claims := &claimSet{}
+	claims := &shardtest.Claims{}
 	cs := clusters(t)
-	s, err := sharded.New(context.Background(), sharded.Config{Shards: cs[:1], Spares: cs[1:], Clock: clock, IdentityClaims: claims})
-	if err != nil {
-		t.Fatalf("new sharded store: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := shardtest.Open(t, sharded.Config{Shards: cs[:1], Spares: cs[1:], Clock: clock, IdentityClaims: claims})
 	for n := 1; n < clusterCount; n++ {
 		grow(t, cs, n, func(c *reshard.Config) { c.LeaseWait, c.AggregateWait = time.Millisecond, time.Millisecond })
 	}
@@ -39,7 +33,7 @@ func resharded(t *testing.T) *conformance.Harness {
 		t.Fatalf("the store did not follow the map: %d shards", s.Shards())
 	}
 	h := harness(s, clock)
-	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.claim(key) }
+	h.ClaimIdentity = func(_ testing.TB, key authority.Key) { claims.Claim(key) }
 	h.ExpireScans = compactAll
 	if etcdtest.External() {
 		h.ExpireScans = nil
@@ -61,40 +55,5 @@ func TestFeedConformanceAfterResharding(t *testing.T) {
 // compactAll makes every revision read so far unreadable in every cluster.
 func compactAll(t testing.TB) {
 	t.Helper()
-	etcdtest.SkipIfExternal(t, "compacting expires scans but would compact every key of the cluster")
-	ctx := context.Background()
-	for _, c := range clients {
-		probe := etcdtest.Namespace() + "compaction-probe"
-		if _, err := c.Put(ctx, probe, ""); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.Delete(ctx, probe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// claimSet is a concurrency-safe authority.IdentityClaims.
-type claimSet struct {
-	mu   sync.Mutex
-	keys map[authority.Key]bool
-}
-
-func (c *claimSet) IdentityClaimed(key authority.Key) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.keys[key]
-}
-
-func (c *claimSet) claim(key authority.Key) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.keys == nil {
-		c.keys = map[authority.Key]bool{}
-	}
-	c.keys[key] = true
+	etcdtest.Compact(t, clients...)
 }

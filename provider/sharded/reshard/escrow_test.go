@@ -2,7 +2,6 @@ package reshard_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
+	"github.com/zlink-systems/authority/internal/testkit/capacitytest"
 	etcdstore "github.com/zlink-systems/authority/provider/etcd"
 	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
@@ -47,9 +47,7 @@ func (r *escrowRun) took(key authority.Key, obj authority.ObjectKey, res authori
 	r.mu.Lock()
 	r.held[key] = heldReservation{obj, res}
 	r.mu.Unlock()
-	n := r.holding.Add(1)
-	for p := r.peak.Load(); n > p && !r.peak.CompareAndSwap(p, n); p = r.peak.Load() {
-	}
+	capacitytest.Took(&r.holding, &r.peak)
 	r.admitted.Add(1)
 	if r.jobRunning.Load() {
 		r.duringJob.Add(1)
@@ -58,15 +56,7 @@ func (r *escrowRun) took(key authority.Key, obj authority.ObjectKey, res authori
 
 // actorReservation is a valid reservation of an actor id on TargetB.
 func actorReservation(id string) authority.ReserveRequest {
-	ref := "content-" + id
-	sum := sha256.Sum256([]byte(ref))
-	return authority.ReserveRequest{
-		Key: authority.ObjectKey{Kind: authority.ObjectActor, GlobalID: id},
-		Intent: authority.CreationIntent{StableType: conformance.DefaultStableType, RequestContentReference: ref,
-			RequestSHA256: sum[:], RequestEncodedSize: int64(len(ref))},
-		Target: conformance.TargetB, CreatingPayload: []byte("creating " + id),
-		Capacity: conformance.Capacity(authority.ObjectActor, conformance.DefaultStableType),
-	}
+	return capacitytest.ActorReservation(id, conformance.TargetB)
 }
 
 // escrowWriter reserves actors on NodeB and aborts its own reservations.
@@ -234,19 +224,8 @@ func TestEscrowFollowsGrowth(t *testing.T) {
 	require.NotZero(t, p.Rows, "rows moved")
 
 	// every acknowledged reservation reads back; NodeB's usage is theirs
-	run.mu.Lock()
-	held := len(run.held)
-	for key := range run.held {
-		r, err := stores[1].ReadAuthority(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, authority.KindSnapshot, r.Kind, "acknowledged reservation %s reads back", key)
-	}
-	run.mu.Unlock()
+	held, over := requireHeldReadBack(t, run, stores[1], fx, "NodeB's actors over the three shards")
 	u := fx.ActorUsage(conformance.NodeB)
-	require.Equal(t, int64(held), u.Active+u.Reserved, "NodeB's actors over the three shards")
-	require.LessOrEqual(t, held, escrowLimit)
-	over := max(0, run.peak.Load()-escrowLimit)
-	require.Zero(t, over, "over-admitted")
 
 	// budget followed: after a reclaim, keys of the old shards fill NodeB
 	// to exactly the limit (the moved rows' usage is counted in the new
@@ -306,6 +285,28 @@ func TestEscrowFollowsGrowth(t *testing.T) {
 	t.Logf("escrow-grow: from=2 to=3 limit=%d peak=%d over-admitted=%d moved=%d admitted=%d admitted-during-job=%d exhausted=%d unavailable=%d held-after=%d held-in-new-shard=%d filled-old=%d reserved-in-new-shard=ok (%d) grows=%d grants=%d aborts-renumbered=%d",
 		escrowLimit, run.peak.Load(), over, p.Rows, run.admitted.Load(), run.duringJob.Load(), run.exhausted.Load(), run.retried.Load(), held, heldMoved, inOld, inNew,
 		e0.Grows+e1.Grows, e0.Grants+e1.Grants, run.renumbered.Load())
+}
+
+// requireHeldReadBack requires every reservation run holds to read back
+// through s, NodeB's usage to be theirs (usage names the shards in the
+// message), within escrowLimit, and run's peak not over it; it returns how
+// many run holds and by how much the peak passed the limit.
+func requireHeldReadBack(t *testing.T, run *escrowRun, s *sharded.Store, fx *conformance.Fixture, usage string) (held int, over int64) {
+	t.Helper()
+	run.mu.Lock()
+	held = len(run.held)
+	for key := range run.held {
+		r, err := s.ReadAuthority(t.Context(), key)
+		require.NoError(t, err)
+		require.Equal(t, authority.KindSnapshot, r.Kind, "acknowledged reservation %s reads back", key)
+	}
+	run.mu.Unlock()
+	u := fx.ActorUsage(conformance.NodeB)
+	require.Equal(t, int64(held), u.Active+u.Reserved, usage)
+	require.LessOrEqual(t, held, escrowLimit)
+	over = max(0, run.peak.Load()-escrowLimit)
+	require.Zero(t, over, "over-admitted")
+	return held, over
 }
 
 // newShardHeld counts the held reservations whose key is in shard 2.
