@@ -67,8 +67,7 @@ func leakOptions() []goleak.Option { return nil }
 
 // Why tests skip on an external cluster.
 const (
-	externalNoCompaction = "compacting expires scans but would compact every key of the cluster"
-	externalLimits       = "the test needs the server's default --max-txn-ops and --max-request-bytes, " +
+	externalLimits = "the test needs the server's default --max-txn-ops and --max-request-bytes, " +
 		"an external cluster may run other values"
 	externalForeignKeys = "the test writes keys outside its namespace and asserts no other test namespace exists"
 	externalFakeServer  = "the fake old server passes the store's requests to the suite's server through etcd's gRPC proxy, " +

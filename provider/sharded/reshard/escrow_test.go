@@ -182,33 +182,8 @@ func TestEscrowFollowsGrowth(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, w := range ws {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if w.rng.IntN(2) == 0 {
-					w.reserve(ctx)
-				} else {
-					w.abort(ctx)
-				}
-			}
-		})
-	}
-	run.jobRunning.Store(true)
-	var live sync.Once
-	p, err := reshard.Run(ctx, reshard.Config{Shards: cs[:2], Add: cs[2], LeaseWait: 5 * time.Second, AggregateWait: time.Second,
-		Step: func(step string) {
-			if step == "catching up" {
-				live.Do(func() { markLiveIn(t, cs[2]) })
-			}
-		}})
-	run.jobRunning.Store(false)
-	require.NoError(t, err, "resharding: %v", p)
-	require.Equal(t, schema.PhaseDone, p.Phase)
+	churn(&wg, ws, stop, reserveOrAbort(ctx))
+	p := growWhileWriting(t, ctx, cs, 2, run)
 	// the writers go on until both stores route by the grown map and
 	// reservations were admitted in the new cluster (bounded)
 	deadline := time.Now().Add(2 * time.Minute)
@@ -250,7 +225,7 @@ func TestEscrowFollowsGrowth(t *testing.T) {
 	// room on the node, the moved rows kept in the new shard
 	release(func(key authority.Key) bool { return stores[0].ShardOf(key) == 2 }, 6)
 	heldMoved := newShardHeld(run, stores[0])
-	_, err = stores[0].ReconcileEscrow(ctx, true)
+	_, err := stores[0].ReconcileEscrow(ctx, true)
 	require.NoError(t, err)
 	fill := func(shard int, prefix string) (admitted int) {
 		t.Helper()
@@ -443,4 +418,52 @@ func TestOneShardStoreTakesPolicyAfterGrowth(t *testing.T) {
 	require.NotZero(t, in1, "admitted in the new shard")
 	u := fx.ActorUsage(conformance.NodeB)
 	require.Equal(t, int64(5), u.Active+u.Reserved)
+}
+
+// churn runs step for every writer of ws, each in a loop of its own in wg,
+// until stop closes.
+func churn[W any](wg *sync.WaitGroup, ws []W, stop <-chan struct{}, step func(W)) {
+	for _, w := range ws {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				step(w)
+			}
+		})
+	}
+}
+
+// reserveOrAbort is a churning escrow writer's step: a reservation or an
+// abort, at even odds.
+func reserveOrAbort(ctx context.Context) func(*escrowWriter) {
+	return func(w *escrowWriter) {
+		if w.rng.IntN(2) == 0 {
+			w.reserve(ctx)
+		} else {
+			w.abort(ctx)
+		}
+	}
+}
+
+// growWhileWriting grows the map of cs[:n] by cs[n] to its end while run's
+// writers write (run.jobRunning set meanwhile), marking the nodes live in
+// the new cluster once the job catches up.
+func growWhileWriting(t *testing.T, ctx context.Context, cs []etcdstore.Config, n int, run *escrowRun) reshard.Progress {
+	t.Helper()
+	run.jobRunning.Store(true)
+	defer run.jobRunning.Store(false)
+	var live sync.Once
+	p, err := reshard.Run(ctx, reshard.Config{Shards: cs[:n], Add: cs[n], LeaseWait: 5 * time.Second, AggregateWait: time.Second,
+		Step: func(step string) {
+			if step == "catching up" {
+				live.Do(func() { markLiveIn(t, cs[n]) })
+			}
+		}})
+	require.NoError(t, err, "resharding: %v", p)
+	require.Equal(t, schema.PhaseDone, p.Phase)
+	return p
 }

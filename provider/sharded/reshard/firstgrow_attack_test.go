@@ -95,15 +95,7 @@ func TestFirstGrowthUnderPolicyBelowUsage(t *testing.T) {
 	const before, lowered = 20, 10
 	ctx := t.Context()
 	cs := clusters(t)
-	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(before)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	plain, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], CapacityPolicy: nodeBLimit(before)})
-	require.NoError(t, err)
-	fx := conformance.NewFixture(t, harness(s, nil))
-	run := &escrowRun{held: map[authority.Key]heldReservation{}}
-	w := &escrowWriter{s: s, fx: fx, rng: rand.New(rand.NewPCG(5, 5)), run: run}
-	require.False(t, w.reserve(ctx))
+	s, plain, fx, run, w := firstGrowthStores(t, cs, nodeBLimit(before), 5)
 	var placed atomic.Int64
 	plainWriter(ctx, plain, fx, run, "plain", &placed, before, nil)
 	require.NoError(t, plain.Close())
@@ -150,15 +142,7 @@ func TestTrueUpRunTwiceCoversOnce(t *testing.T) {
 	const limit = 20
 	ctx := t.Context()
 	cs := clusters(t)
-	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: nodeBLimit(limit)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	plain, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], CapacityPolicy: nodeBLimit(limit)})
-	require.NoError(t, err)
-	fx := conformance.NewFixture(t, harness(s, nil))
-	run := &escrowRun{held: map[authority.Key]heldReservation{}}
-	w := &escrowWriter{s: s, fx: fx, rng: rand.New(rand.NewPCG(6, 6)), run: run}
-	require.False(t, w.reserve(ctx))
+	s, plain, fx, run, _ := firstGrowthStores(t, cs, nodeBLimit(limit), 6)
 	sl, _ := budgetOf(t, cs[0])
 	chunk := sl.Slice.Size()[actorCounter]
 	require.Less(t, chunk, int64(limit-3), "the slice took a chunk, not the limit")
@@ -310,22 +294,13 @@ func TestShortDeadlinesThroughFirstGrowth(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, w := range ws {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if w.rng.IntN(3) == 0 {
-					w.abort(ctx)
-				} else {
-					w.reserveShort(ctx)
-				}
-			}
-		})
-	}
+	churn(&wg, ws, stop, func(w *deadlineWriter) {
+		if w.rng.IntN(3) == 0 {
+			w.abort(ctx)
+		} else {
+			w.reserveShort(ctx)
+		}
+	})
 	var duringJob atomic.Int64
 	cfg := jobConfig(cs, 1)
 	cfg.LeaseWait = 100 * time.Millisecond
@@ -727,4 +702,23 @@ func TestSpareOfAnAbortedMoveAddedLaterAtAnotherIndex(t *testing.T) {
 	in := in2 + fillShard(t, s, fx, run, 1, "b") + fillShard(t, s, fx, run, 0, "a")
 	u := fx.ActorUsage(conformance.NodeB)
 	require.Equal(t, int64(6), u.Active+u.Reserved, "the policy holds over the three shards (%d admitted after)", in)
+}
+
+// firstGrowthStores opens over cs[0], both with policy, a store with cs[1]
+// as its spare (so it runs escrow) and one without (which places without
+// escrow; the caller closes it), and a writer on NodeB through the first
+// with one reservation made (seeded with seed).
+func firstGrowthStores(t *testing.T, cs []etcdstore.Config, policy authority.CapacityPolicy, seed uint64) (s, plain *sharded.Store, fx *conformance.Fixture, run *escrowRun, w *escrowWriter) {
+	t.Helper()
+	ctx := t.Context()
+	s, err := sharded.New(ctx, sharded.Config{Shards: cs[:1], Spares: cs[1:2], CapacityPolicy: policy})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	plain, err = sharded.New(ctx, sharded.Config{Shards: cs[:1], CapacityPolicy: policy})
+	require.NoError(t, err)
+	fx = conformance.NewFixture(t, harness(s, nil))
+	run = &escrowRun{held: map[authority.Key]heldReservation{}}
+	w = &escrowWriter{s: s, fx: fx, rng: rand.New(rand.NewPCG(seed, seed)), run: run}
+	require.False(t, w.reserve(ctx))
+	return s, plain, fx, run, w
 }

@@ -14,7 +14,6 @@ import (
 
 	authority "github.com/zlink-systems/authority"
 	"github.com/zlink-systems/authority/conformance"
-	"github.com/zlink-systems/authority/provider/etcd/schema"
 	"github.com/zlink-systems/authority/provider/sharded"
 	"github.com/zlink-systems/authority/provider/sharded/reshard"
 )
@@ -124,34 +123,9 @@ func TestEscrowFollowsFirstGrowth(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, w := range ws {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if w.rng.IntN(2) == 0 {
-					w.reserve(ctx)
-				} else {
-					w.abort(ctx)
-				}
-			}
-		})
-	}
+	churn(&wg, ws, stop, reserveOrAbort(ctx))
 	wg.Go(func() { plainWriter(ctx, plain, fx, run, "plain-c", &plainN, 8, stop) })
-	run.jobRunning.Store(true)
-	var live sync.Once
-	p, err := reshard.Run(ctx, reshard.Config{Shards: cs[:1], Add: cs[1], LeaseWait: 5 * time.Second, AggregateWait: time.Second,
-		Step: func(step string) {
-			if step == "catching up" {
-				live.Do(func() { markLiveIn(t, cs[1]) })
-			}
-		}})
-	run.jobRunning.Store(false)
-	require.NoError(t, err, "resharding: %v", p)
-	require.Equal(t, schema.PhaseDone, p.Phase)
+	p := growWhileWriting(t, ctx, cs, 1, run)
 	// the writers go on until both stores route by the grown map and
 	// reservations were admitted in the new cluster (bounded)
 	deadline := time.Now().Add(2 * time.Minute)
