@@ -113,6 +113,13 @@ func (s *Store) listAuthorities(ctx context.Context, prefix string, cursor autho
 		pos = p
 	}
 	out, _, err := s.listPage(ctx, prefix, pos.After, pos.Revision, limit)
+	if err == nil && pos.Revision == 0 {
+		// a first page, read at the current revision: under the map the
+		// store is fenced on only if that has not moved (a single-cluster
+		// store's standing fence, shardfence.go); later pages read at its
+		// revision
+		err = s.CheckShardMap(ctx)
+	}
 	return out, err
 }
 

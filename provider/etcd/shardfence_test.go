@@ -94,7 +94,7 @@ func TestShardMapFence(t *testing.T) {
 // store (neither ShardMapFence nor ShardMember) fences its writes and row
 // reads on the shard map key as New read it, so when a resharding freezes
 // or switches its cluster (the key moves) every write, batched or not, and
-// every row read fails with ErrShardedNamespace and ErrUnavailable, having
+// every row read and listing fails with ErrShardedNamespace and ErrUnavailable, having
 // written nothing. A store opened on the moved map (one shard) works, and
 // so does a read-only one.
 func TestSingleClusterStoreStopsWhenItsMapMoves(t *testing.T) {
@@ -118,6 +118,8 @@ func TestSingleClusterStoreStopsWhenItsMapMoves(t *testing.T) {
 	stopped(err, "a reservation (group commit)")
 	_, err = plain.ReadAuthority(ctx, key)
 	stopped(err, "a row read")
+	_, err = plain.ListAuthorities(ctx, "", "", 10)
+	stopped(err, "a listing's first page")
 
 	after := newStore(t, nil, etcdstore.Config{Clock: clock, Namespace: plain.Namespace()})
 	got, err := after.ReadAuthority(ctx, key)
