@@ -109,10 +109,8 @@ func (s *Store) startVersion(ctx context.Context, cfg Config) error {
 		return s.startReadOnly(ctx)
 	}
 	var err error
-	if !cfg.ShardMember && !cfg.ShardMapFence {
-		var rev int64
-		rev, err = s.refuseShardedNamespace(ctx)
-		s.standing = standingFence{on: true, rev: rev}
+	if s.standing.on {
+		s.standing.rev, err = s.refuseShardedNamespace(ctx)
 	}
 	if err == nil {
 		err = s.bootstrapVersion(ctx)

@@ -127,7 +127,7 @@ func (s *Store) fenceCmps() int {
 	if s.escrow != nil {
 		n++
 	}
-	if s.shardFence || s.standing.on {
+	if s.mapFenced() {
 		n++ // the map fence (shardfence.go)
 	}
 	return n

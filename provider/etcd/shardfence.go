@@ -103,9 +103,12 @@ func (s *Store) mapFence(ctx context.Context) (int64, bool) {
 // each, and the planners fill the Then; the reservation group counts the
 // fence's compare, fenceCmps.) sendRaw checks the fenced Txn against the
 // configured limits (s.wire).
+// It also turns the standing fence on for a single-cluster writing store
+// (New sets its revision, refuseShardedNamespace).
 func (s *Store) keepFenceRoom(cfg Config) {
 	s.wire = s.limits()
-	if !cfg.ShardMapFence && (cfg.ReadOnly || cfg.ShardMember) {
+	s.standing.on = !cfg.ShardMapFence && !cfg.ReadOnly && !cfg.ShardMember
+	if !s.mapFenced() {
 		return
 	}
 	key := s.keys.ShardMap()
@@ -114,6 +117,10 @@ func (s *Store) keepFenceRoom(cfg Config) {
 	room.OrGet(key, clientv3.WithKeysOnly())
 	s.maxBytes -= room.Bytes
 }
+
+// mapFenced reports whether the store's writes carry a map fence: a
+// router's (Config.ShardMapFence) or the standing one.
+func (s *Store) mapFenced() bool { return s.shardFence || s.standing.on }
 
 // mapCmp is the compare of the shard map fence at rev.
 func (s *Store) mapCmp(rev int64) clientv3.Cmp { return modRevIs(s.keys.ShardMap(), rev) }
@@ -130,7 +137,7 @@ func (s *Store) addMapFence(ctx context.Context, t *txnkit.Txn) {
 // revisions t compares (a group commit adds one per waiter); nil when t is
 // not fenced on the map.
 func (s *Store) fenceWrite(ctx context.Context, t *txnkit.Txn) (*txnkit.Txn, []int64) {
-	if !s.shardFence && !s.standing.on {
+	if !s.mapFenced() {
 		return t, nil
 	}
 	key := s.keys.ShardMap()
@@ -185,7 +192,7 @@ func (s *Store) mapMoved(routed, at int64) error {
 	if !s.shardFence {
 		return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(
 			"Namespace %s: a resharding froze or switched this cluster (its shard map key is at revision %d, not %d as when this store opened), "+
-				"and a single-cluster store cannot follow a shard map: it refuses every write and row read; open the namespace with provider/sharded.",
+				"and a single-cluster store cannot follow a shard map: it refuses every write, row read and listing; open the namespace with provider/sharded.",
 			s.keys.Namespace(), at, routed), ErrShardedNamespace)
 	}
 	return authority.Wrap(authority.ErrUnavailable, fmt.Sprintf(

@@ -27,8 +27,8 @@ import (
 // its shard count: open the namespace with provider/sharded. A read-only
 // store opens, and so does a store with Config.ShardMember. A single-cluster
 // store already running when a resharding freezes or switches its cluster
-// stops on its standing fence (shardfence.go): every write and row read
-// fails with an error wrapping this and authority.ErrUnavailable, having
+// stops on its standing fence (shardfence.go): every write, row read and
+// listing fails with an error wrapping this and authority.ErrUnavailable, having
 // written nothing.
 var ErrShardedNamespace = errors.New("etcd: namespace is one shard of a store over several clusters")
 

@@ -162,8 +162,8 @@ type Store struct {
 	escrow     CapacityEscrow // escrow mode (nil: off)
 	maxOps     int
 	maxBytes   int
-	// wire is the configured Txn limits, which maxOps and maxBytes keep
-	// room under for the map fence (keepFenceRoom).
+	// wire is the configured Txn limits, which maxBytes keeps room under
+	// for the map fence (keepFenceRoom).
 	wire      txnkit.Limits
 	retention time.Duration
 	timeout   time.Duration

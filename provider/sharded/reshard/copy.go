@@ -29,13 +29,11 @@ type change struct {
 // copying writes the pending move in every cluster, then copies every
 // source's keys that move, from a listing at one revision.
 func (j *job) copying(ctx context.Context) error {
-	if err := j.pend(ctx); err != nil {
+	if err := j.refuseBeforeRowMoves(); err != nil {
 		return err
 	}
-	if v := j.dst.ActiveVersion(); v < storeversion.RowMoves {
-		return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
-			"The new cluster's namespace is at store version %s, before %s: rows copied there could not be read by every process; finalize it first.",
-			v, storeversion.RowMoves), etcdstore.ErrVersionSkew)
+	if err := j.pend(ctx); err != nil {
+		return err
 	}
 	j.countRows(ctx)
 	for i := range j.srcs {
@@ -44,6 +42,26 @@ func (j *job) copying(ctx context.Context) error {
 		}
 	}
 	return j.next(ctx, schema.PhaseCatchUp)
+}
+
+// refuseBeforeRowMoves refuses, before the move writes anything, a cluster
+// whose namespace is not finalized to storeversion.RowMoves: in the new
+// cluster, rows copied there could not be read by every process; in a
+// source, a process of a build before it may run there, which neither
+// fences its writes on the shard map nor stops at the freeze, so a write
+// it made after the switch would be lost.
+func (j *job) refuseBeforeRowMoves() error {
+	for i, s := range append([]*etcdstore.Store{j.dst}, j.srcs...) {
+		if v := s.ActiveVersion(); v < storeversion.RowMoves {
+			where, why := "The new cluster's namespace", "rows copied there could not be read by every process"
+			if i > 0 {
+				where, why = fmt.Sprintf("Shard %d's namespace", i-1), "a process of an earlier build may write there without the shard map fence"
+			}
+			return authority.Wrap(authority.ErrInvalidArgument, fmt.Sprintf(
+				"%s is at store version %s, before %s: %s; finalize it first.", where, v, storeversion.RowMoves, why), etcdstore.ErrVersionSkew)
+		}
+	}
+	return nil
 }
 
 // pend writes the pending move in the new cluster, then in every source
